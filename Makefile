@@ -1,0 +1,30 @@
+# Two entry points for a fresh machine: `make demo` (search + export + decode on the bundled pair, SQLite)
+# and `make test`. Both create .venv and install torch's CPU wheel before the project.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export HF_DATASETS_OFFLINE := 1
+
+$(BIN)/dimr: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(BIN)/dimr
+
+setup: $(BIN)/dimr
+
+demo: setup
+	rm -rf demo-out && mkdir -p demo-out
+	$(BIN)/dimr search --pair mini --budget 4 --trials 40 --storage sqlite:///demo-out/dimr.db --study demo
+	$(BIN)/dimr show demo --storage sqlite:///demo-out/dimr.db
+	$(BIN)/dimr export demo --storage sqlite:///demo-out/dimr.db -o demo-out/slim.json
+	$(BIN)/dimr decode --pair mini --slim demo-out/slim.json --mode via --prompt "def fibonacci(n):" --max-new-tokens 64 --stats
+
+test: setup
+	$(BIN)/ruff check dimr storage workers tests benchmarks
+	$(BIN)/pytest -x
+
+.PHONY: setup demo test

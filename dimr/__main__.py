@@ -1,0 +1,3 @@
+from dimr.cli import main
+
+main()

@@ -1,0 +1,174 @@
+"""Model pairs: a draft model and a verifier that share a tokenizer.
+
+A pair names where its two models live (hub id or local path), the revision and the dtype.
+Loading goes through `AutoModelForCausalLM` / `AutoTokenizer` for every pair, hub or local.
+Users add pairs in a TOML file (``--pairs-file`` or ``$DIMR_PAIRS``)::
+
+    [pairs.my-pair]
+    draft = "/models/small"           # hub id or local path
+    verifier = "/models/large"
+    revision = "main"                  # optional
+    dtype = "bfloat16"                 # optional: auto | float32 | bfloat16 | float16
+    calibration = "data/calib.jsonl"   # optional default --calibration
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import torch
+
+from dimr.errors import DimrError
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+# The VIA-SD task mix (summarisation, reasoning, code) through `datasets`, for hub pairs.
+HUB_CALIBRATION = (
+    "cnn_dailymail:3.0.0:validation:article,gsm8k:main:test:question,mbpp:full:test:text"
+)
+
+
+@dataclass(frozen=True)
+class Pair:
+    """A draft/verifier pair. ``draft`` and ``verifier`` are hub ids or local paths."""
+
+    name: str
+    draft: str
+    verifier: str
+    revision: str | None = None
+    dtype: str = "auto"
+    calibration: str = HUB_CALIBRATION
+    description: str = ""
+    local: bool = field(default=False, compare=False)
+
+
+BUILTIN: dict[str, Pair] = {
+    p.name: p
+    for p in [
+        Pair("gemma2-2b-9b", "google/gemma-2-2b-it", "google/gemma-2-9b-it", dtype="bfloat16",
+             description="VIA-SD's Gemma2 pair"),
+        Pair("llama2-7b-70b", "meta-llama/Llama-2-7b-chat-hf", "meta-llama/Llama-2-70b-chat-hf",
+             dtype="float16", description="VIA-SD's LLaMA2 pair"),
+        Pair("qwen2.5-0.5b-7b", "Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-7B-Instruct",
+             dtype="bfloat16", description="Qwen2.5 pair"),
+        Pair("qwen3-0.6b-32b", "Qwen/Qwen3-0.6B", "Qwen/Qwen3-32B", dtype="bfloat16",
+             description="Qwen3 pair"),
+    ]
+}
+
+
+def dimr_home() -> Path:
+    """Where dimr materialises local artefacts (the tiny-random pair). ``$DIMR_HOME`` overrides."""
+    return Path(os.environ.get("DIMR_HOME", Path.home() / ".cache" / "dimr"))
+
+
+def _local_pairs() -> dict[str, Pair]:
+    from dimr import zoo
+
+    pairs = {"tiny-random": zoo.tiny_random_pair()}
+    mini = zoo.mini_pair()
+    if mini is not None:
+        pairs[mini.name] = mini
+    return pairs
+
+
+def _user_pairs(path: Path | None) -> dict[str, Pair]:
+    if path is None:
+        env = os.environ.get("DIMR_PAIRS")
+        default = Path.home() / ".config" / "dimr" / "pairs.toml"
+        path = Path(env) if env else (default if default.exists() else None)
+    if path is None:
+        return {}
+    if not path.is_file():
+        raise DimrError(f"pairs file {path} does not exist; pass an existing TOML file to --pairs-file")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise DimrError(f"pairs file {path} is not valid TOML ({e}); fix the file") from None
+    out = {}
+    for name, spec in data.get("pairs", {}).items():
+        missing = {"draft", "verifier"} - set(spec)
+        if missing:
+            raise DimrError(f"pair {name!r} in {path} lacks {', '.join(sorted(missing))}; add it")
+        dtype = spec.get("dtype", "auto")
+        if dtype != "auto" and dtype not in DTYPES:
+            raise DimrError(f"pair {name!r} in {path} has dtype {dtype!r}; use auto, {', '.join(DTYPES)}")
+        base = path.parent
+
+        def resolve(p: str) -> str:
+            q = (base / p) if not Path(p).is_absolute() else Path(p)
+            return str(q.resolve()) if q.exists() else p
+
+        out[name] = Pair(
+            name=name, draft=resolve(spec["draft"]), verifier=resolve(spec["verifier"]),
+            revision=spec.get("revision"), dtype=dtype,
+            calibration=spec.get("calibration", HUB_CALIBRATION),
+            description=spec.get("description", f"from {path}"),
+            local=Path(resolve(spec["verifier"])).exists(),
+        )
+    return out
+
+
+def list_pairs(pairs_file: Path | None = None) -> dict[str, Pair]:
+    """All known pairs: built-in hub pairs, the local pairs, then the user's TOML file."""
+    return {**BUILTIN, **_local_pairs(), **_user_pairs(pairs_file)}
+
+
+def get_pair(name: str, pairs_file: Path | None = None) -> Pair:
+    pairs = list_pairs(pairs_file)
+    if name not in pairs:
+        raise DimrError(f"unknown pair {name!r}; run `dimr pairs` to list them, or add it in a pairs TOML file")
+    return pairs[name]
+
+
+def pick_device(device: str | None = None) -> torch.device:
+    """CUDA when available, else CPU; an explicit ``device`` wins."""
+    if device:
+        return torch.device(device)
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def _dtype(pair: Pair, device: torch.device) -> torch.dtype:
+    if pair.dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return DTYPES[pair.dtype]
+
+
+def _from_pretrained(cls, path: str, pair: Pair, **kw):
+    try:
+        return cls.from_pretrained(path, revision=pair.revision, **kw)
+    except OSError as e:
+        raise DimrError(
+            f"cannot load {path!r} for pair {pair.name!r} ({str(e).splitlines()[0]}); "
+            "download it or point the pair at a local path"
+        ) from None
+
+
+def load_tokenizer(pair: Pair):
+    from transformers import AutoTokenizer
+
+    return _from_pretrained(AutoTokenizer, pair.verifier, pair)
+
+
+def load_model(pair: Pair, which: str, device: torch.device | str | None = None):
+    """Load the pair's ``draft`` or ``verifier`` in eval mode on ``device``."""
+    from transformers import AutoModelForCausalLM
+
+    dev = pick_device(str(device) if device is not None else None)
+    path = {"draft": pair.draft, "verifier": pair.verifier}[which]
+    model = _from_pretrained(AutoModelForCausalLM, path, pair, dtype=_dtype(pair, dev))
+    return model.to(dev).eval()
+
+
+def verifier_config(pair: Pair):
+    """The verifier's config only (cheap: no weights), e.g. to validate a budget before loading."""
+    from transformers import AutoConfig
+
+    return _from_pretrained(AutoConfig, pair.verifier, pair)
+
+
+def with_dtype(pair: Pair, dtype: str) -> Pair:
+    return replace(pair, dtype=dtype)
