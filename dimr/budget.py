@@ -1,0 +1,80 @@
+"""The budget: how many verifier layers the slim verifier skips, and masks that respect it.
+
+``--budget 4`` skips exactly 4 layers; ``--budget 0.25`` skips round(0.25·L). A single-objective search
+always wants the fewest skipped layers it may, so an "at most" budget would collapse to the exact one;
+the cost-vs-compute trade-off belongs to a Pareto study instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from dimr.errors import DimrError
+
+Mask = tuple[bool, ...]
+
+
+@dataclass(frozen=True)
+class Budget:
+    num_layers: int
+    skip: int
+
+    @property
+    def keep(self) -> int:
+        return self.num_layers - self.skip
+
+    def admits(self, mask: Mask) -> bool:
+        return len(mask) == self.num_layers and sum(not b for b in mask) == self.skip
+
+    def describe(self) -> str:
+        return f"skip {self.skip} of {self.num_layers} layers"
+
+
+def parse_budget(text: str | float | int, num_layers: int) -> Budget:
+    """``"4"`` → skip 4 layers; ``"0.25"`` → skip round(0.25·L). Raises DimrError if impossible."""
+    s = str(text).strip()
+    try:
+        value = float(s)
+    except ValueError:
+        raise DimrError(f"budget {s!r} is not a number; give layers to skip (4) or a fraction (0.25)") from None
+    if value.is_integer() and "." not in s:
+        skip = int(value)
+    elif 0 < value < 1:
+        skip = round(value * num_layers)
+    else:
+        raise DimrError(f"budget {s!r} is neither a whole layer count nor a fraction in (0, 1)")
+    if not 1 <= skip <= num_layers - 1:
+        raise DimrError(f"budget {s!r} skips {skip} of {num_layers} layers; "
+                        f"skip between 1 and {num_layers - 1}")
+    return Budget(num_layers, skip)
+
+
+def random_mask(budget: Budget, rng: np.random.Generator) -> Mask:
+    """A mask drawn uniformly among those that skip exactly ``budget.skip`` layers."""
+    skipped = set(rng.choice(budget.num_layers, size=budget.skip, replace=False).tolist())
+    return tuple(i not in skipped for i in range(budget.num_layers))
+
+
+def project(mask: Mask, budget: Budget, rng: np.random.Generator) -> Mask:
+    """The nearest budget mask (fewest flips): keep or skip random extra layers until the count fits."""
+    bits = list(mask)
+    skipped = [i for i, b in enumerate(bits) if not b]
+    kept = [i for i, b in enumerate(bits) if b]
+    if len(skipped) > budget.skip:
+        for i in rng.choice(skipped, size=len(skipped) - budget.skip, replace=False):
+            bits[int(i)] = True
+    elif len(skipped) < budget.skip:
+        for i in rng.choice(kept, size=budget.skip - len(skipped), replace=False):
+            bits[int(i)] = False
+    return tuple(bits)
+
+
+def neighbour(mask: Mask, rng: np.random.Generator) -> Mask:
+    """Swap one skipped layer with one kept layer: same budget, Hamming distance 2."""
+    bits = list(mask)
+    i = int(rng.choice([j for j, b in enumerate(bits) if not b]))
+    k = int(rng.choice([j for j, b in enumerate(bits) if b]))
+    bits[i], bits[k] = True, False
+    return tuple(bits)

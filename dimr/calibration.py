@@ -1,0 +1,126 @@
+"""Calibration text → a fixed block of token ids on which masks are scored.
+
+A calibration spec is either a local file or one or more `datasets` specs, comma-separated:
+
+- ``path/to/file.txt``: one text stream;
+- ``path/to/file.jsonl``: one record per line, text in field ``text`` (``file.jsonl#field`` picks another);
+- ``name:config:split:field`` (e.g. ``gsm8k:main:test:question``); config may be empty (``name::split:field``).
+
+Texts are joined with the tokenizer's EOS and packed into ``num_sequences`` rows of ``seq_len`` tokens,
+the usual packing of calibration sets. Several sources share the rows equally (the VIA-SD task mix).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from dimr.errors import DimrError
+
+LOCAL_SUFFIXES = {".txt", ".jsonl", ".json"}
+
+
+@dataclass(frozen=True)
+class Calibration:
+    spec: str
+    input_ids: torch.Tensor  # [num_sequences, seq_len], int64
+
+    @property
+    def num_sequences(self) -> int:
+        return self.input_ids.shape[0]
+
+    @property
+    def seq_len(self) -> int:
+        return self.input_ids.shape[1]
+
+    @property
+    def hash(self) -> str:
+        """sha256 over the exact token ids: two studies with equal hashes saw the same tokens."""
+        h = hashlib.sha256(str(tuple(self.input_ids.shape)).encode())
+        h.update(self.input_ids.to(torch.int64).numpy().tobytes())
+        return h.hexdigest()[:16]
+
+
+def _is_local(source: str) -> bool:
+    path = Path(source.split("#", 1)[0])
+    return path.suffix in LOCAL_SUFFIXES or path.exists()
+
+
+def _local_texts(source: str) -> list[str]:
+    path_s, _, field = source.partition("#")
+    path = Path(path_s)
+    if not path.is_file():
+        raise DimrError(f"calibration file {path} does not exist; pass an existing .txt or .jsonl file")
+    raw = path.read_text(errors="replace")
+    if path.suffix == ".txt" or (path.suffix not in {".jsonl", ".json"}):
+        texts = [raw]
+    else:
+        field = field or "text"
+        texts = []
+        for n, line in enumerate(raw.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                raise DimrError(f"calibration file {path} line {n} is not JSON; write one JSON object per line") from None
+            if not isinstance(record, dict) or not isinstance(record.get(field), str):
+                raise DimrError(f"calibration file {path} line {n} has no string field {field!r}; use file.jsonl#FIELD")
+            texts.append(record[field])
+    if not any(t.strip() for t in texts):
+        raise DimrError(f"calibration file {path} is empty; give it some text")
+    return texts
+
+
+def _dataset_texts(source: str, limit: int) -> list[str]:
+    parts = source.split(":")
+    if len(parts) != 4:
+        raise DimrError(f"calibration spec {source!r} is neither a local file nor name:config:split:field")
+    name, config, split, field = parts
+    try:
+        import datasets
+
+        ds = datasets.load_dataset(name, config or None, split=split)
+    except Exception as e:  # noqa: BLE001 - datasets raises many types for unreachable hubs
+        raise DimrError(
+            f"cannot load dataset {name!r} ({type(e).__name__}: {str(e).splitlines()[0][:160]}); "
+            "check the spec or pass a local .txt/.jsonl file to --calibration"
+        ) from None
+    if field not in ds.column_names:
+        raise DimrError(f"dataset {name!r} has no field {field!r}; pick one of {', '.join(ds.column_names)}")
+    return [str(t) for t in ds.select(range(min(limit, len(ds))))[field]]
+
+
+def load_calibration(spec: str, tokenizer, num_sequences: int, seq_len: int) -> Calibration:
+    """Tokenize and pack ``spec`` into ``num_sequences`` × ``seq_len`` token ids."""
+    if num_sequences < 1 or seq_len < 2:
+        raise DimrError("--num-sequences must be ≥ 1 and --seq-len ≥ 2")
+    sources = [s.strip() for s in spec.split(",") if s.strip()]
+    if not sources:
+        raise DimrError("empty --calibration; pass a file or a datasets spec")
+    shares = [num_sequences // len(sources) + (i < num_sequences % len(sources)) for i in range(len(sources))]
+    eos = tokenizer.eos_token_id
+    rows: list[torch.Tensor] = []
+    for source, share in zip(sources, shares, strict=True):
+        if share == 0:
+            continue
+        texts = _local_texts(source) if _is_local(source) else _dataset_texts(source, limit=4 * share * seq_len)
+        ids: list[int] = []
+        need = share * seq_len
+        for text in texts:
+            ids.extend(tokenizer(text, add_special_tokens=False).input_ids)
+            if eos is not None:
+                ids.append(eos)
+            if len(ids) >= need:
+                break
+        if len(ids) < need:
+            raise DimrError(
+                f"calibration {source!r} gives {len(ids)} tokens, fewer than the {share} sequences × "
+                f"--seq-len {seq_len} needed; lower --seq-len or --num-sequences, or add text"
+            )
+        rows.append(torch.tensor(ids[:need], dtype=torch.long).view(share, seq_len))
+    return Calibration(spec=spec, input_ids=torch.cat(rows))

@@ -1,0 +1,27 @@
+"""Cheap masks that seed a study before any search: they cost one evaluation each."""
+
+from __future__ import annotations
+
+from dimr.budget import Budget, Mask
+
+
+def skip_last(budget: Budget) -> Mask:
+    """Skip the last k layers (the classic early-exit guess)."""
+    return tuple(i < budget.keep for i in range(budget.num_layers))
+
+
+def least_influential(budget: Budget, influence: list[float]) -> Mask:
+    """ShortGPT (Men et al., 2024): skip the k layers with the lowest block influence
+    BI_i = 1 − E[cos(h_i, h_{i+1})] on calibration data."""
+    order = sorted(range(budget.num_layers), key=lambda i: influence[i])
+    skipped = set(order[: budget.skip])
+    return tuple(i not in skipped for i in range(budget.num_layers))
+
+
+def seed_masks(budget: Budget, influence: list[float]) -> list[tuple[str, Mask]]:
+    """The heuristic seeds, named, without duplicates."""
+    out: list[tuple[str, Mask]] = []
+    for name, mask in (("skip-last", skip_last(budget)), ("block-influence", least_influential(budget, influence))):
+        if all(mask != m for _, m in out):
+            out.append((name, mask))
+    return out

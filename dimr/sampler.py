@@ -1,0 +1,111 @@
+"""`BudgetSampler`: an Optuna sampler over layer masks that respects the budget by construction.
+
+One categorical parameter per layer (``layer_07`` = 1 keeps layer 7). The sampler:
+
+1. random phase: for the first ``startup`` trials (after the seeds), a mask drawn uniformly among the
+   budget's masks (not per-layer coin flips, which would almost never hit an exact budget);
+2. Bayesian phase: the wrapped sampler's joint proposal (TPE multivariate with constant liar, or GP),
+   projected onto the budget with the fewest flips.
+
+Either way, a mask already complete or in flight is replaced by a budget-preserving neighbour, so the
+study never spends an evaluation twice. Every trial's params *are* its mask, so the Bayesian model
+learns from exactly what was evaluated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import optuna
+from optuna.distributions import CategoricalDistribution
+from optuna.samplers import BaseSampler
+from optuna.trial import FrozenTrial
+
+from dimr.budget import Budget, Mask, neighbour, project, random_mask
+
+PARAM = "layer_{:02d}"
+BIT = CategoricalDistribution((0, 1))
+NOVELTY_TRIES = 64
+
+
+def mask_space(num_layers: int) -> dict[str, CategoricalDistribution]:
+    return {PARAM.format(i): BIT for i in range(num_layers)}
+
+
+def params_to_mask(params: dict, num_layers: int) -> Mask:
+    return tuple(bool(params[PARAM.format(i)]) for i in range(num_layers))
+
+
+def mask_to_params(mask: Mask) -> dict[str, int]:
+    return {PARAM.format(i): int(b) for i, b in enumerate(mask)}
+
+
+def make_base_sampler(name: str, seed: int | None, startup: int) -> BaseSampler | None:
+    """The Bayesian sampler behind the budget: ``tpe`` (default), ``gp``, or ``random`` (none)."""
+    if name == "tpe":
+        return optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True,
+                                          n_startup_trials=max(1, startup), warn_independent_sampling=False)
+    if name == "gp":
+        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=max(1, startup),
+                                         warn_independent_sampling=False)
+    if name == "random":
+        return None
+    raise ValueError(f"unknown sampler {name!r}")
+
+
+class BudgetSampler(BaseSampler):
+    """Random-then-Bayesian sampling over masks that skip exactly ``budget.skip`` layers."""
+
+    def __init__(self, budget: Budget, base: BaseSampler | None, startup: int, seed: int | None = None,
+                 first_search_trial: int = 0, is_taken: Callable[[Mask], bool] = lambda m: False):
+        self.budget, self.base, self.startup, self.seed = budget, base, startup, seed
+        self.first_search_trial = first_search_trial  # trials before it are the heuristic seeds
+        self.is_taken = is_taken
+
+    def _rng(self, trial: FrozenTrial) -> np.random.Generator:
+        return np.random.default_rng([self.seed if self.seed is not None else 0, trial.number])
+
+    def phase(self, trial_number: int) -> str:
+        if trial_number < self.first_search_trial:
+            return "seed"
+        if self.base is None or trial_number < self.first_search_trial + self.startup:
+            return "random"
+        return "bayes"
+
+    def infer_relative_search_space(self, study, trial):
+        return mask_space(self.budget.num_layers)
+
+    def sample_relative(self, study, trial, search_space):
+        if "fixed_params" in trial.system_attrs:  # an enqueued mask (seed or retry): nothing to sample
+            return {}
+        rng = self._rng(trial)
+        mask: Mask | None = None
+        if self.phase(trial.number) == "bayes":
+            space = self.base.infer_relative_search_space(study, trial)
+            proposal = self.base.sample_relative(study, trial, space) if space else {}
+            if len(proposal) == self.budget.num_layers:
+                mask = project(params_to_mask(proposal, self.budget.num_layers), self.budget, rng)
+        if mask is None:
+            mask = random_mask(self.budget, rng)
+        for _ in range(NOVELTY_TRIES):
+            if not self.is_taken(mask):
+                break
+            mask = neighbour(mask, rng)
+        return mask_to_params(mask)
+
+    def sample_independent(self, study, trial, param_name, param_distribution):
+        # Only reached for enqueued params that are missing, which dimr never creates.
+        return param_distribution.choices[0]
+
+    def before_trial(self, study, trial):
+        if self.base is not None:
+            self.base.before_trial(study, trial)
+
+    def after_trial(self, study, trial, state, values):
+        if self.base is not None:
+            self.base.after_trial(study, trial, state, values)
+
+    def reseed_rng(self) -> None:
+        if self.base is not None:
+            self.base.reseed_rng()

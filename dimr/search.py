@@ -1,0 +1,275 @@
+"""The search driver: heuristic seeds, then random, then Bayesian masks, persisted trial by trial.
+
+The driver keeps ``evaluator.slots`` trials in flight with Optuna's ask/tell and records each result the
+moment it arrives. It talks to persistence through `storage` (Optuna's RDB storage + the mask ledger)
+and to workers through the `workers.Evaluator` interface: it never imports SQLAlchemy or Ray.
+
+Resuming is running the same search again: completed masks are never evaluated again, trials a dead
+driver left RUNNING become FAIL (at once for a dead process on this host, after the heartbeat grace
+period elsewhere) and their masks are retried.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+import optuna
+from optuna.trial import TrialState
+
+from dimr import heuristics
+from dimr.budget import Budget
+from dimr.errors import DimrError
+from dimr.routing import mask_from_key, mask_key
+from dimr.sampler import BudgetSampler, make_base_sampler, mask_to_params, params_to_mask
+from storage import MaskLedger
+from storage.rdb import HEARTBEAT_S
+from workers.base import Evaluation, Evaluator
+
+SETTINGS_ATTR = "dimr_settings"
+SEEDS_ATTR = "dimr_seeds"
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+@dataclass(frozen=True)
+class StudySettings:
+    """What defines a study. Resuming with any of these changed is refused."""
+
+    pair: str
+    verifier: str
+    fingerprint: str
+    num_layers: int
+    skip: int
+    cost: str
+    calibration: str
+    calibration_hash: str
+    num_sequences: int
+    seq_len: int
+
+    @property
+    def budget(self) -> Budget:
+        return Budget(self.num_layers, self.skip)
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """How to search; these may change between runs of one study."""
+
+    trials: int = 50
+    startup_trials: int = 10
+    sampler: str = "tpe"
+    seed: int | None = 0
+
+
+@dataclass
+class SearchResult:
+    study: str
+    complete: int
+    evaluated: int  # evaluations this run paid for
+    best_cost: float | None
+    best_mask: str | None
+    best_trial: int | None
+    pruned_duplicates: int = 0
+    retried: list[int] = field(default_factory=list)
+
+
+def owner_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def stored_settings(storage: optuna.storages.BaseStorage, study_name: str) -> dict | None:
+    """The settings of an existing study, or None if there is no such study. Writes nothing."""
+    try:
+        study_id = storage.get_study_id_from_name(study_name)
+    except KeyError:
+        return None
+    return storage.get_study_user_attrs(study_id).get(SETTINGS_ATTR, {})
+
+
+def check_resume(stored: dict | None, settings: StudySettings, study_name: str) -> None:
+    """Refuse to resume a study with settings that conflict with the stored ones."""
+    if stored is None:
+        return
+    new = asdict(settings)
+    diff = [k for k in new if k in stored and stored[k] != new[k]]
+    if not stored:
+        raise DimrError(f"study {study_name!r} exists but was not made by dimr; pick another --study name")
+    if diff:
+        details = "; ".join(f"{k}: stored {stored[k]!r}, asked {new[k]!r}" for k in diff)
+        raise DimrError(f"study {study_name!r} was made with other settings ({details}); "
+                        "use the stored settings or a new --study name")
+
+
+class Search:
+    """One run of the driver over one study."""
+
+    def __init__(self, storage: optuna.storages.RDBStorage, study_name: str, settings: StudySettings,
+                 options: SearchOptions, evaluator: Evaluator,
+                 on_result: Callable[[int, int, float | None], None] | None = None):
+        if evaluator.num_layers != settings.num_layers:
+            raise ValueError("evaluator and settings disagree on the number of layers")
+        self.settings, self.options, self.evaluator = settings, options, evaluator
+        self.on_result = on_result or (lambda done, total, best: None)
+        self.owner = owner_id()
+        stored = stored_settings(storage, study_name)
+        check_resume(stored, settings, study_name)
+        self.sampler = BudgetSampler(settings.budget, make_base_sampler(options.sampler, options.seed,
+                                                                         options.startup_trials),
+                                     startup=options.startup_trials, seed=options.seed)
+        self.study = optuna.create_study(storage=storage, study_name=study_name, direction="minimize",
+                                         sampler=self.sampler, load_if_exists=True)
+        self.ledger = MaskLedger(storage, self.study._study_id)
+        self.sampler.is_taken = lambda m: self.ledger.is_taken(mask_key(m))
+        if stored is None:
+            self.study.set_user_attr(SETTINGS_ATTR, asdict(settings))
+            self._enqueue_seeds()
+        self.sampler.first_search_trial = self.study.user_attrs.get(SEEDS_ATTR, 0)
+        self._inflight: dict[int, tuple[optuna.trial.Trial, tuple[bool, ...]]] = {}
+        self._lock = threading.Lock()
+        self.result = SearchResult(study_name, 0, 0, None, None, None)
+
+    # -- study set-up -------------------------------------------------------------------------------
+    def _enqueue_seeds(self) -> None:
+        seeds = heuristics.seed_masks(self.settings.budget, self.evaluator.block_influence())
+        for name, mask in seeds:
+            self.study.enqueue_trial(mask_to_params(mask), user_attrs={"phase": "seed", "heuristic": name})
+        self.study.set_user_attr(SEEDS_ATTR, len(seeds))
+
+    def _fail_dead_trials(self) -> None:
+        """FAIL the RUNNING trials of dead drivers, release their masks, and queue those masks again."""
+        storage = self.study._storage
+        host = socket.gethostname()
+        for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            owner = t.user_attrs.get("owner", "")
+            o_host, _, o_pid = owner.rpartition(":")
+            if t.number in self._inflight or o_host != host or not o_pid.isdigit() or _pid_alive(int(o_pid)):
+                continue
+            try:
+                storage.set_trial_state_values(t._trial_id, state=TrialState.FAIL)
+            except optuna.exceptions.UpdateFinishedTrialError:
+                pass
+        optuna.storages.fail_stale_trials(self.study)  # other hosts: by heartbeat
+        for key, number in self.ledger.running():
+            trial_id = storage.get_trial_id_from_study_id_trial_number(self.study._study_id, number)
+            if storage.get_trial(trial_id).state == TrialState.FAIL:
+                self.ledger.fail_trial(number)
+        for key, number in self.ledger.take_for_retry():
+            self.study.enqueue_trial(mask_to_params(mask_from_key(key)),
+                                     user_attrs={"phase": "retry", "retry_of": number})
+            self.result.retried.append(number)
+
+    # -- the loop -----------------------------------------------------------------------------------
+    def _counts(self) -> tuple[int, int]:
+        c = self.ledger.counts()
+        return c.get("complete", 0), c.get("running", 0) + c.get("retry", 0)
+
+    def _ask(self) -> None:
+        trial = self.study.ask()
+        mask = params_to_mask({n: trial.suggest_categorical(n, (0, 1)) for n in
+                               (f"layer_{i:02d}" for i in range(self.settings.num_layers))},
+                              self.settings.num_layers)
+        if not self.settings.budget.admits(mask):
+            raise RuntimeError(f"trial {trial.number} mask {mask_key(mask)} breaks the budget")
+        phase = trial.user_attrs.get("phase") or self.sampler.phase(trial.number)
+        key = mask_key(mask)
+        claim = self.ledger.claim(key, trial.number, self.owner)
+        trial.set_user_attr("mask", key)
+        trial.set_user_attr("phase", phase)
+        if not claim.won:
+            # Another trial holds this mask (e.g. a concurrent driver enqueued the same seed): record why.
+            trial.set_user_attr("duplicate_of", claim.trial_number)
+            self.study.tell(trial, state=TrialState.PRUNED)
+            self.result.pruned_duplicates += 1
+            return
+        trial.set_user_attr("owner", self.owner)
+        with self._lock:
+            self._inflight[trial.number] = (trial, mask)
+        self.evaluator.submit(trial.number, mask)
+
+    def _tell(self, ticket: int, outcome: Evaluation | BaseException) -> None:
+        with self._lock:
+            trial, mask = self._inflight.pop(ticket)
+        key = mask_key(mask)
+        if isinstance(outcome, BaseException):
+            trial.set_user_attr("error", f"{type(outcome).__name__}: {outcome}"[:500])
+            self.study.tell(trial, state=TrialState.FAIL)
+            self.ledger.fail(key)
+            return
+        for k, v in outcome.metrics().items():
+            trial.set_user_attr(k, v)
+        self.study.tell(trial, outcome.cost)
+        self.ledger.complete(key, outcome.cost, outcome.metrics())
+        self.result.evaluated += 1
+
+    def _heartbeat(self, stop: threading.Event) -> None:
+        storage = self.study._storage
+        while not stop.wait(HEARTBEAT_S / 2):
+            with self._lock:
+                ids = [t._trial_id for t, _ in self._inflight.values()]
+            for trial_id in ids:
+                try:
+                    storage.record_heartbeat(trial_id)
+                except Exception:  # noqa: BLE001 - a missed beat is retried at the next tick
+                    pass
+
+    def run(self) -> SearchResult:
+        target = self.options.trials
+        stop = threading.Event()
+        beat = threading.Thread(target=self._heartbeat, args=(stop,), daemon=True)
+        beat.start()
+        try:
+            self._fail_dead_trials()
+            while True:
+                complete, elsewhere = self._counts()
+                self.on_result(complete, target, self._best())
+                while len(self._inflight) < self.evaluator.slots and complete + elsewhere < target:
+                    self._ask()
+                    complete, elsewhere = self._counts()
+                if not self._inflight:
+                    if complete >= target:
+                        break
+                    time.sleep(1.0)  # other drivers hold the remaining trials: wait for them, or for them to die
+                    self._fail_dead_trials()
+                    continue
+                for ticket, outcome in self.evaluator.wait(timeout=HEARTBEAT_S):
+                    self._tell(ticket, outcome)
+                self._fail_dead_trials()
+        finally:
+            stop.set()
+            with self._lock:
+                leftovers = list(self._inflight.values())
+                self._inflight.clear()
+            for trial, mask in leftovers:  # interrupted: hand the masks back for the next run
+                self.study.tell(trial, state=TrialState.FAIL)
+                self.ledger.fail(mask_key(mask))
+        complete, _ = self._counts()
+        best = self._best_trial()
+        self.result.complete = complete
+        if best is not None:
+            self.result.best_cost, self.result.best_trial = best.value, best.number
+            self.result.best_mask = best.user_attrs.get("mask")
+        return self.result
+
+    def _best_trial(self) -> optuna.trial.FrozenTrial | None:
+        try:
+            return self.study.best_trial
+        except ValueError:
+            return None
+
+    def _best(self) -> float | None:
+        best = self._best_trial()
+        return None if best is None else best.value

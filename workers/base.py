@@ -1,0 +1,72 @@
+"""The evaluator interface between the search driver and whatever runs the verifier.
+
+An evaluator takes masks (`submit`) and hands back finished evaluations (`wait`), in any order. It has
+``slots`` places: the driver keeps that many trials in flight. A failed evaluation comes back as an
+exception in place of the result, so the driver can fail that trial and retry it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
+
+from dimr.pairs import Pair
+
+
+@dataclass(frozen=True)
+class EvalSpec:
+    """Everything a worker needs to build its scorer: picklable, so Ray actors can receive it."""
+
+    pair: Pair
+    input_ids: torch.Tensor  # the packed calibration tokens, [num_sequences, seq_len]
+    cost: str = "kl"
+    device: str | None = None
+    batch_size: int = 4
+    prefix_reuse: bool = True
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """One mask scored on the calibration tokens (means over tokens)."""
+
+    mask: tuple[bool, ...]
+    cost: float
+    top1_agreement: float
+    expected_acceptance: float
+    tokens: int
+    seconds: float
+    worker: str = "local"
+    extra: dict = field(default_factory=dict)
+
+    def metrics(self) -> dict:
+        return {"top1_agreement": self.top1_agreement, "expected_acceptance": self.expected_acceptance,
+                "tokens": self.tokens, "seconds": self.seconds, "worker": self.worker}
+
+
+class Evaluator(Protocol):
+    num_layers: int
+    slots: int
+
+    def submit(self, ticket: int, mask: tuple[bool, ...]) -> None:
+        """Start scoring ``mask``; its result comes back from `wait` under ``ticket``."""
+
+    def wait(self, timeout: float | None = None) -> list[tuple[int, Evaluation | BaseException]]:
+        """Block until at least one submitted mask is done (or ``timeout``); return what finished."""
+
+    def block_influence(self) -> list[float]:
+        """ShortGPT's block influence per layer: 1 − cos(layer input, layer output) on calibration data."""
+
+    def close(self) -> None: ...
+
+
+def make_evaluator(spec: EvalSpec, workers: int = 1, ray_address: str | None = None) -> Evaluator:
+    """In-process for one worker and no cluster; a Ray actor pool otherwise."""
+    if workers <= 1 and ray_address is None:
+        from workers.local import LocalEvaluator
+
+        return LocalEvaluator(spec)
+    from workers.ray_pool import RayPool
+
+    return RayPool(spec, workers=workers, address=ray_address)
