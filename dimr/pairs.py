@@ -172,3 +172,14 @@ def verifier_config(pair: Pair):
 
 def with_dtype(pair: Pair, dtype: str) -> Pair:
     return replace(pair, dtype=dtype)
+
+
+def verifier_fingerprint(pair: Pair) -> str:
+    """The verifier's fingerprint from its config alone: the model is built on the meta device, no weights."""
+    from transformers import AutoModelForCausalLM
+
+    from dimr.export import fingerprint
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(verifier_config(pair))
+    return fingerprint(model)

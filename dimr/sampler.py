@@ -14,6 +14,8 @@ learns from exactly what was evaluated.
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -27,6 +29,7 @@ from dimr.budget import Budget, Mask, neighbour, project, random_mask
 PARAM = "layer_{:02d}"
 BIT = CategoricalDistribution((0, 1))
 NOVELTY_TRIES = 64
+ENUMERATE_LIMIT = 5000
 
 
 def mask_space(num_layers: int) -> dict[str, CategoricalDistribution]:
@@ -45,10 +48,9 @@ def make_base_sampler(name: str, seed: int | None, startup: int) -> BaseSampler 
     """The Bayesian sampler behind the budget: ``tpe`` (default), ``gp``, or ``random`` (none)."""
     if name == "tpe":
         return optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True,
-                                          n_startup_trials=max(1, startup), warn_independent_sampling=False)
+                                          n_startup_trials=max(1, startup))
     if name == "gp":
-        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=max(1, startup),
-                                         warn_independent_sampling=False)
+        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=max(1, startup))
     if name == "random":
         return None
     raise ValueError(f"unknown sampler {name!r}")
@@ -90,9 +92,21 @@ class BudgetSampler(BaseSampler):
             mask = random_mask(self.budget, rng)
         for _ in range(NOVELTY_TRIES):
             if not self.is_taken(mask):
-                break
+                return mask_to_params(mask)
             mask = neighbour(mask, rng)
-        return mask_to_params(mask)
+        return mask_to_params(self._any_untaken(rng) or mask)
+
+    def _any_untaken(self, rng: np.random.Generator) -> Mask | None:
+        """Nearly exhausted small spaces: scan every budget mask in random order."""
+        n, k = self.budget.num_layers, self.budget.skip
+        if math.comb(n, k) > ENUMERATE_LIMIT:
+            return None
+        combos = list(itertools.combinations(range(n), k))
+        for j in rng.permutation(len(combos)):
+            mask = tuple(i not in combos[j] for i in range(n))
+            if not self.is_taken(mask):
+                return mask
+        return None
 
     def sample_independent(self, study, trial, param_name, param_distribution):
         # Only reached for enqueued params that are missing, which dimr never creates.

@@ -15,6 +15,7 @@ import os
 import socket
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
@@ -33,6 +34,9 @@ from workers.base import Evaluation, Evaluator
 SETTINGS_ATTR = "dimr_settings"
 SEEDS_ATTR = "dimr_seeds"
 optuna.logging.set_verbosity(optuna.logging.WARNING)
+# dimr drives heartbeats itself (ask/tell, not Study.optimize) and relies on fail_stale_trials on purpose.
+warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
 
 
 @dataclass(frozen=True)

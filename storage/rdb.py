@@ -7,6 +7,7 @@ own docs warn against it under concurrency.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import optuna
@@ -62,4 +63,6 @@ def open_storage(url: str = DEFAULT_URL, heartbeat: bool = True) -> optuna.stora
     """An Optuna RDB storage on ``url``; creates tables on first use. Heartbeats fail dead drivers' trials."""
     parsed = validate_url(url)
     kw = {"heartbeat_interval": HEARTBEAT_S, "grace_period": GRACE_S} if heartbeat else {}
-    return optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(parsed), **kw)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # heartbeats are relied on
+        return optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(parsed), **kw)

@@ -20,3 +20,44 @@ def tiny_pair():
     from dimr.pairs import get_pair
 
     return get_pair("tiny-random")
+
+
+PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+
+
+def _pg_available() -> bool:
+    import sqlalchemy
+
+    try:
+        with sqlalchemy.create_engine(PG_ADMIN).connect():
+            return True
+    except Exception:  # noqa: BLE001
+        return False
+
+
+@pytest.fixture
+def pg_url():
+    """A fresh PostgreSQL database for one test, dropped afterwards."""
+    import uuid
+
+    import sqlalchemy
+
+    if not _pg_available():
+        pytest.fail("PostgreSQL is not reachable at 127.0.0.1:5432; start it (see README)")
+    name = f"dimr_test_{uuid.uuid4().hex[:10]}"
+    admin = sqlalchemy.create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
+    with admin.connect() as c:
+        c.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    yield f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
+    with admin.connect() as c:
+        c.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def storage_url(request, tmp_path):
+    """Every storage test runs on SQLite and on the local PostgreSQL server."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'dimr.db'}"
+    else:
+        yield request.getfixturevalue("pg_url")

@@ -34,7 +34,8 @@ class MaskScorer:
             for ids in spec.input_ids.split(spec.batch_size):
                 ids = ids.to(self.device)
                 hidden = routing.layer_inputs(self.verifier, ids)
-                full_logp = torch.log_softmax(routing.forward_from(self.verifier, None, hidden, ids).float(), -1)
+                full = (True,) * self.num_layers
+                full_logp = torch.log_softmax(routing.forward_from(self.verifier, full, hidden).float(), -1)
                 draft_logp = torch.log_softmax(draft(ids).logits.float(), -1) if draft is not None else None
                 self.batches.append((ids, hidden if spec.prefix_reuse else None, full_logp, draft_logp))
         del draft
@@ -47,7 +48,7 @@ class MaskScorer:
         slim = None if self.spec.prefix_reuse else routing.slim_verifier(self.verifier, mask)
         for ids, hidden, full_logp, draft_logp in self.batches:
             if hidden is not None:
-                logits = routing.forward_from(self.verifier, mask, hidden, ids)
+                logits = routing.forward_from(self.verifier, mask, hidden)
             else:
                 logits = slim(ids).logits
             slim_logp = torch.log_softmax(logits.float(), -1)

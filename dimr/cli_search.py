@@ -1,0 +1,188 @@
+"""CLI commands of the search side: pairs, search, studies, show, export."""
+
+from __future__ import annotations
+
+import json
+import math
+from enum import Enum
+from pathlib import Path
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from dimr.cli import console
+from dimr.errors import DimrError
+
+
+class SamplerName(str, Enum):
+    tpe = "tpe"
+    gp = "gp"
+    random = "random"
+
+
+class CostName(str, Enum):
+    kl = "kl"
+    reverse_kl = "reverse-kl"
+    js = "js"
+    bridge = "bridge"
+
+
+STORAGE_HELP = "SQLAlchemy URL of the study database (sqlite:///dimr.db, postgresql+psycopg://...)"
+PAIRS_FILE_HELP = "TOML file with extra pairs (default: $DIMR_PAIRS or ~/.config/dimr/pairs.toml)"
+
+
+def _open(url: str):
+    from storage import StorageError, open_storage
+
+    try:
+        return open_storage(url)
+    except StorageError as e:
+        raise DimrError(str(e)) from None
+
+
+def _fmt(x, spec=".4f") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def pairs(pairs_file: Path = typer.Option(None, help=PAIRS_FILE_HELP),
+          as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
+    """List the model pairs."""
+    from dataclasses import asdict
+
+    from dimr.pairs import list_pairs
+
+    known = list_pairs(pairs_file)
+    if as_json:
+        console.print_json(json.dumps([asdict(p) for p in known.values()]))
+        return
+    table = Table("pair", "draft", "verifier", "dtype", "description")
+    for p in known.values():
+        table.add_row(p.name, p.draft, p.verifier, p.dtype, p.description)
+    console.print(table)
+
+
+def search(
+    pair: str = typer.Option(..., help="pair name (see `dimr pairs`)"),
+    budget: str = typer.Option("0.25", help="layers to skip: a count (4) or a fraction of the layers (0.25)"),
+    trials: int = typer.Option(50, min=1, help="completed trials wanted in the study (resuming continues to it)"),
+    startup_trials: int = typer.Option(10, min=0, help="length of the random phase, after the heuristic seeds"),
+    sampler: SamplerName = typer.Option(SamplerName.tpe, help="Bayesian sampler after the random phase"),
+    cost: CostName = typer.Option(CostName.kl, help="kl = KL(full‖slim); reverse-kl; js; bridge"),
+    calibration: str = typer.Option(None, help="local .txt/.jsonl file or name:config:split:field[,...]"),
+    num_sequences: int = typer.Option(16, min=1, help="calibration sequences"),
+    seq_len: int = typer.Option(128, min=2, help="tokens per calibration sequence"),
+    storage: str = typer.Option("sqlite:///dimr.db", help=STORAGE_HELP),
+    study: str = typer.Option(None, help="study name (default: PAIR-skipK-COST)"),
+    seed: int = typer.Option(0, help="seed of the samplers"),
+    workers: int = typer.Option(1, min=1, help="parallel evaluators; more than 1 starts a local Ray instance"),
+    ray_address: str = typer.Option(None, help="join an existing Ray cluster (an address, or auto)"),
+    device: str = typer.Option(None, help="torch device of in-process workers (default: cuda if available)"),
+    batch_size: int = typer.Option(4, min=1, help="calibration sequences per forward"),
+    pairs_file: Path = typer.Option(None, help=PAIRS_FILE_HELP),
+    as_json: bool = typer.Option(False, "--json", help="print the result as JSON"),
+) -> None:
+    """Search a layer mask for the pair's verifier and store every trial in SQL."""
+    from dimr.budget import parse_budget
+    from dimr.calibration import load_calibration
+    from dimr.pairs import get_pair, load_tokenizer, verifier_config, verifier_fingerprint
+    from dimr.search import Search, SearchOptions, StudySettings, check_resume, stored_settings
+    from workers import EvalSpec, make_evaluator
+
+    # Everything that can be wrong is checked before anything is written.
+    p = get_pair(pair, pairs_file)
+    config = verifier_config(p)
+    num_layers = getattr(config, "num_hidden_layers", None) or config.get_text_config().num_hidden_layers
+    b = parse_budget(budget, num_layers)
+    if math.comb(num_layers, b.skip) < trials:
+        raise DimrError(f"only {math.comb(num_layers, b.skip)} masks {b.describe()}; ask for at most that many --trials")
+    tokenizer = load_tokenizer(p)
+    calib = load_calibration(calibration or p.calibration, tokenizer, num_sequences, seq_len)
+    st = _open(storage)
+    name = study or f"{p.name}-skip{b.skip}-{cost.value}"
+    settings = StudySettings(pair=p.name, verifier=p.verifier, fingerprint=verifier_fingerprint(p),
+                             num_layers=num_layers, skip=b.skip, cost=cost.value, calibration=calib.spec,
+                             calibration_hash=calib.hash, num_sequences=calib.num_sequences, seq_len=calib.seq_len)
+    check_resume(stored_settings(st, name), settings, name)
+
+    spec = EvalSpec(pair=p, input_ids=calib.input_ids, cost=cost.value, device=device, batch_size=batch_size)
+    evaluator = make_evaluator(spec, workers=workers, ray_address=ray_address)
+    try:
+        columns = [TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TextColumn("best {task.fields[best]}"), TimeElapsedColumn(), TimeRemainingColumn()]
+        with Progress(*columns, console=console, disable=as_json) as progress:
+            task = progress.add_task(name, total=trials, best="-")
+
+            def on_result(done: int, total: int, best: float | None) -> None:
+                progress.update(task, completed=min(done, total), best=_fmt(best))
+
+            result = Search(st, name, settings, SearchOptions(trials, startup_trials, sampler.value, seed),
+                            evaluator, on_result=on_result).run()
+    finally:
+        evaluator.close()
+    if as_json:
+        from dataclasses import asdict
+
+        console.print_json(json.dumps(asdict(result)))
+    else:
+        console.print(f"study {result.study}: {result.complete} complete trials, {result.evaluated} evaluated "
+                      f"now; best cost {_fmt(result.best_cost)} (trial {result.best_trial}, mask {result.best_mask})")
+
+
+def studies(storage: str = typer.Option("sqlite:///dimr.db", help=STORAGE_HELP),
+            as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
+    """List the studies in a database."""
+    from dimr.studies import list_studies
+
+    rows = list_studies(_open(storage))
+    if as_json:
+        console.print_json(json.dumps(rows))
+        return
+    table = Table("study", "pair", "cost", "skip", "trials", "best cost", "best mask", "started")
+    for r in rows:
+        table.add_row(r["study"], str(r["pair"]), str(r["cost"]), f"{r['skip']}/{r['num_layers']}",
+                      str(r["trials"]), _fmt(r["best_cost"]), str(r["best_mask"]), str(r["started"]))
+    console.print(table)
+
+
+def show(study: str = typer.Argument(..., help="study name"),
+         storage: str = typer.Option("sqlite:///dimr.db", help=STORAGE_HELP),
+         top: int = typer.Option(5, min=1, help="how many best masks to list"),
+         as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
+    """Best masks, costs, agreement, expected acceptance, trial counts and timings of a study."""
+    from dimr.studies import load_study, summarize
+
+    s = summarize(load_study(_open(storage), study), top=top)
+    if as_json:
+        console.print_json(json.dumps(s))
+        return
+    cfg, t = s["settings"], s["timings"]
+    console.print(f"[bold]{s['study']}[/]  pair {cfg.get('pair')}  cost {cfg.get('cost')}  "
+                  f"skip {cfg.get('skip')}/{cfg.get('num_layers')}  calibration {cfg.get('num_sequences')}×"
+                  f"{cfg.get('seq_len')} tokens ({cfg.get('calibration_hash')})")
+    console.print("trials: " + ", ".join(f"{k} {v}" for k, v in s["counts"].items())
+                  + "  phases: " + ", ".join(f"{k} {v}" for k, v in s["phases"].items()))
+    console.print(f"timings: {t['evaluations']} evaluations, mean {_fmt(t['mean_eval_s'], '.3f')} s, "
+                  f"total {_fmt(t['total_eval_s'], '.1f')} s, wall {_fmt(t['wall_s'], '.1f')} s")
+    table = Table("trial", "mask (1 = keep)", "cost", "top-1 agreement", "1 − TV", "phase")
+    for r in s["best"]:
+        table.add_row(str(r["trial"]), str(r["mask"]), _fmt(r["cost"]), _fmt(r["top1_agreement"]),
+                      _fmt(r["expected_acceptance"]), str(r["phase"]))
+    console.print(table)
+
+
+def export(study: str = typer.Argument(..., help="study name"),
+           output: Path = typer.Option(..., "-o", "--output", help="where to write the slim config (JSON)"),
+           trial: int = typer.Option(None, help="export this trial instead of the best"),
+           storage: str = typer.Option("sqlite:///dimr.db", help=STORAGE_HELP)) -> None:
+    """Publish a study's mask as a slim config."""
+    from dimr.studies import export_slim_config, load_study
+
+    cfg = export_slim_config(load_study(_open(storage), study), output, trial)
+    console.print(f"wrote {output}: trial {cfg.trial}, kept {len(cfg.kept_layers)}/{cfg.num_layers} layers, "
+                  f"cost {_fmt(cfg.metrics.get('cost'))}")
+
+
+def register(app: typer.Typer) -> None:
+    for fn in (pairs, search, studies, show, export):
+        app.command(fn.__name__)(fn)

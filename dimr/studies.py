@@ -1,0 +1,84 @@
+"""Reading studies back: list them, summarise one, pick the trial to export."""
+
+from __future__ import annotations
+
+import statistics
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from dimr.errors import DimrError
+from dimr.search import SEEDS_ATTR, SETTINGS_ATTR
+
+
+def list_studies(storage: optuna.storages.BaseStorage) -> list[dict]:
+    out = []
+    for s in optuna.get_all_study_summaries(storage, include_best_trial=True):
+        settings = s.user_attrs.get(SETTINGS_ATTR, {})
+        best = s.best_trial
+        out.append({
+            "study": s.study_name, "pair": settings.get("pair"), "cost": settings.get("cost"),
+            "skip": settings.get("skip"), "num_layers": settings.get("num_layers"), "trials": s.n_trials,
+            "best_cost": best.value if best else None, "best_mask": best.user_attrs.get("mask") if best else None,
+            "started": s.datetime_start.isoformat(timespec="seconds") if s.datetime_start else None,
+        })
+    return out
+
+
+def load_study(storage: optuna.storages.BaseStorage, name: str) -> optuna.Study:
+    try:
+        return optuna.load_study(study_name=name, storage=storage)
+    except KeyError:
+        known = ", ".join(s.study_name for s in optuna.get_all_study_summaries(storage, False)) or "none"
+        raise DimrError(f"no study {name!r} in this storage (studies: {known}); check --study/--storage") from None
+
+
+def _row(t: FrozenTrial) -> dict:
+    return {"trial": t.number, "mask": t.user_attrs.get("mask"), "cost": t.value,
+            "top1_agreement": t.user_attrs.get("top1_agreement"),
+            "expected_acceptance": t.user_attrs.get("expected_acceptance"),
+            "phase": t.user_attrs.get("phase"), "seconds": t.user_attrs.get("seconds")}
+
+
+def summarize(study: optuna.Study, top: int = 5) -> dict:
+    trials = study.get_trials(deepcopy=False)
+    complete = sorted((t for t in trials if t.state == TrialState.COMPLETE), key=lambda t: t.value)
+    counts = {s.name.lower(): 0 for s in TrialState}
+    phases: dict[str, int] = {}
+    for t in trials:
+        counts[t.state.name.lower()] += 1
+        if t.state == TrialState.COMPLETE:
+            phases[t.user_attrs.get("phase", "?")] = phases.get(t.user_attrs.get("phase", "?"), 0) + 1
+    evals = [t.user_attrs["seconds"] for t in complete if "seconds" in t.user_attrs]
+    starts = [t.datetime_start for t in trials if t.datetime_start]
+    ends = [t.datetime_complete for t in trials if t.datetime_complete]
+    return {
+        "study": study.study_name,
+        "settings": study.user_attrs.get(SETTINGS_ATTR, {}),
+        "seeds": study.user_attrs.get(SEEDS_ATTR, 0),
+        "counts": {k: v for k, v in counts.items() if v},
+        "phases": phases,
+        "best": [_row(t) for t in complete[:top]],
+        "timings": {
+            "evaluations": len(evals),
+            "mean_eval_s": statistics.fmean(evals) if evals else None,
+            "total_eval_s": sum(evals),
+            "wall_s": (max(ends) - min(starts)).total_seconds() if starts and ends else None,
+        },
+    }
+
+
+def pick_trial(study: optuna.Study, trial: int | None = None) -> FrozenTrial:
+    """The best complete trial, or trial number ``trial`` (which must be complete)."""
+    if trial is None:
+        try:
+            return study.best_trial
+        except ValueError:
+            raise DimrError(f"study {study.study_name!r} has no completed trial yet; run `dimr search` first") from None
+    trials = {t.number: t for t in study.get_trials(deepcopy=False)}
+    if trial not in trials:
+        raise DimrError(f"study {study.study_name!r} has no trial {trial}; see `dimr show {study.study_name}`")
+    if trials[trial].state != TrialState.COMPLETE:
+        raise DimrError(f"trial {trial} of {study.study_name!r} is {trials[trial].state.name}, not COMPLETE; "
+                        "export a completed trial")
+    return trials[trial]

@@ -1,0 +1,193 @@
+"""The search driver on a real tiny verifier, real Optuna studies, SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from dimr import heuristics
+from dimr.budget import Budget, parse_budget
+from dimr.calibration import load_calibration
+from dimr.errors import DimrError
+from dimr.pairs import load_tokenizer, verifier_fingerprint
+from dimr.search import Search, SearchOptions, StudySettings
+from storage import open_storage
+from workers import EvalSpec
+from workers.local import LocalEvaluator
+
+SKIP = 3
+
+
+class CountingEvaluator(LocalEvaluator):
+    """The real in-process evaluator, counting what it is asked to score."""
+
+    def __init__(self, spec):
+        super().__init__(spec)
+        self.scored: list[tuple[bool, ...]] = []
+
+    def submit(self, ticket, mask):
+        self.scored.append(tuple(mask))
+        super().submit(ticket, mask)
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    from dimr.pairs import get_pair
+
+    pair = get_pair("tiny-random")
+    calib = load_calibration(pair.calibration, load_tokenizer(pair), num_sequences=4, seq_len=32)
+    settings = StudySettings(pair=pair.name, verifier=pair.verifier, fingerprint=verifier_fingerprint(pair),
+                             num_layers=8, skip=SKIP, cost="kl", calibration=calib.spec,
+                             calibration_hash=calib.hash, num_sequences=4, seq_len=32)
+    spec = EvalSpec(pair=pair, input_ids=calib.input_ids, cost="kl")
+    return settings, spec
+
+
+def run(url, setup, study="s", trials=12, startup=4, seed=0, sampler="tpe", evaluator=None):
+    settings, spec = setup
+    ev = evaluator or CountingEvaluator(spec)
+    result = Search(open_storage(url), study, settings, SearchOptions(trials, startup, sampler, seed), ev).run()
+    return result, ev
+
+
+def complete_trials(url, study="s"):
+    s = optuna.load_study(study_name=study, storage=open_storage(url))
+    return sorted((t for t in s.get_trials() if t.state == TrialState.COMPLETE), key=lambda t: t.number)
+
+
+def test_budget_unique_masks_and_phase_order(storage_url, setup):
+    result, ev = run(storage_url, setup, trials=14, startup=4)
+    trials = complete_trials(storage_url)
+    assert len(trials) == 14 == result.complete == len(ev.scored)
+    budget = Budget(8, SKIP)
+    masks = [t.user_attrs["mask"] for t in trials]
+    assert all(m.count("0") == SKIP for m in masks)
+    assert len(set(masks)) == len(masks), "a mask was evaluated twice"
+    assert len(set(ev.scored)) == len(ev.scored)
+    # heuristic seeds first, then the random phase, then the Bayesian phase
+    phases = [t.user_attrs["phase"] for t in trials]
+    seeds = heuristics.seed_masks(budget, ev.block_influence())
+    assert [t.user_attrs["mask"] for t in trials[: len(seeds)]] == [
+        "".join("1" if b else "0" for b in m) for _, m in seeds]
+    assert phases == ["seed"] * len(seeds) + ["random"] * 4 + ["bayes"] * (14 - len(seeds) - 4)
+    for t in trials:
+        assert 0 <= t.user_attrs["top1_agreement"] <= 1 and 0 <= t.user_attrs["expected_acceptance"] <= 1
+        assert t.value >= 0
+
+
+def test_same_seed_same_study(tmp_path, setup):
+    a = [(t.user_attrs["mask"], t.value) for t in (run(f"sqlite:///{tmp_path}/a.db", setup, seed=7)[0] and
+                                                    complete_trials(f"sqlite:///{tmp_path}/a.db"))]
+    b = [(t.user_attrs["mask"], t.value) for t in (run(f"sqlite:///{tmp_path}/b.db", setup, seed=7)[0] and
+                                                    complete_trials(f"sqlite:///{tmp_path}/b.db"))]
+    c = [t.user_attrs["mask"] for t in (run(f"sqlite:///{tmp_path}/c.db", setup, seed=8)[0] and
+                                        complete_trials(f"sqlite:///{tmp_path}/c.db"))]
+    assert a == b
+    assert [m for m, _ in a] != c
+
+
+def test_resume_never_reevaluates(storage_url, setup):
+    first, ev1 = run(storage_url, setup, trials=8)
+    second, ev2 = run(storage_url, setup, trials=13)
+    assert first.complete == 8 and second.complete == 13
+    assert len(ev2.scored) == 5
+    assert not set(ev1.scored) & set(ev2.scored)
+    third, ev3 = run(storage_url, setup, trials=13)
+    assert ev3.scored == [] and third.complete == 13
+
+
+def test_resume_with_other_settings_is_refused(tmp_path, setup):
+    from dataclasses import replace
+
+    url = f"sqlite:///{tmp_path}/r.db"
+    run(url, setup, trials=3, startup=1)
+    settings, spec = setup
+    before = len(optuna.load_study(study_name="s", storage=open_storage(url)).trials)
+    for change in ({"cost": "js"}, {"skip": 2}, {"calibration_hash": "0" * 16}, {"pair": "other"}):
+        with pytest.raises(DimrError, match="other settings"):
+            Search(open_storage(url), "s", replace(settings, **change), SearchOptions(5, 1), LocalEvaluator(spec))
+    assert len(optuna.load_study(study_name="s", storage=open_storage(url)).trials) == before
+
+
+KILLED_DRIVER = textwrap.dedent("""
+    import sys, time, pathlib, pickle
+    from storage import open_storage
+    from dimr.search import Search, SearchOptions
+    from workers.local import LocalEvaluator
+    url, marker, blob = sys.argv[1], pathlib.Path(sys.argv[2]), sys.argv[3]
+    settings, spec = pickle.load(open(blob, "rb"))
+
+    class HangOnFifth(LocalEvaluator):
+        def wait(self, timeout=None):
+            if self._queue and self._queue[0][0] == 4:
+                marker.write_text("hanging")
+                time.sleep(600)
+            return super().wait(timeout)
+
+    Search(open_storage(url), "s", settings, SearchOptions(10, 2, "tpe", 0), HangOnFifth(spec)).run()
+""")
+
+
+def test_killed_driver_trials_fail_and_are_retried(storage_url, setup, tmp_path):
+    import pickle
+
+    blob = tmp_path / "setup.pkl"
+    blob.write_bytes(pickle.dumps(setup))
+    marker = tmp_path / "marker"
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_DRIVER, storage_url, str(marker), str(blob)], env=env)
+    deadline = time.monotonic() + 180
+    while not marker.exists():
+        assert proc.poll() is None, "the driver died before reaching trial 4"
+        assert time.monotonic() < deadline, "the driver never reached trial 4"
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    storage = open_storage(storage_url)
+    stuck = optuna.load_study(study_name="s", storage=storage).trials[4]
+    assert stuck.state == TrialState.RUNNING  # what a killed process leaves behind
+    result, ev = run(storage_url, setup, trials=10)
+    trials = optuna.load_study(study_name="s", storage=storage).trials
+    assert trials[4].state == TrialState.FAIL
+    assert result.retried == [4]
+    retry = [t for t in trials if t.user_attrs.get("retry_of") == 4]
+    assert len(retry) == 1 and retry[0].state == TrialState.COMPLETE
+    assert retry[0].user_attrs["mask"] == stuck.user_attrs["mask"]
+    assert len(complete_trials(storage_url)) == 10
+    assert len(ev.scored) == 10 - 4  # trials 0-3 were complete and are not evaluated again
+
+
+def test_random_sampler_and_gp(tmp_path, setup):
+    for sampler in ("random", "gp"):
+        url = f"sqlite:///{tmp_path}/{sampler}.db"
+        result, ev = run(url, setup, trials=9, startup=3, sampler=sampler)
+        masks = [t.user_attrs["mask"] for t in complete_trials(url)]
+        assert len(set(masks)) == 9 and all(m.count("0") == SKIP for m in masks)
+
+
+def test_parse_budget():
+    assert parse_budget("4", 16).skip == 4
+    assert parse_budget("0.25", 16).skip == 4
+    for bad in ("0", "16", "1.5", "abc", "-2", "0.0"):
+        with pytest.raises(DimrError):
+            parse_budget(bad, 16)
+
+
+def test_small_space_is_exhausted_without_duplicates(tmp_path, setup):
+    from dataclasses import replace
+
+    settings, spec = setup
+    small = (replace(settings, skip=1), spec)
+    url = f"sqlite:///{tmp_path}/x.db"
+    result, ev = run(url, small, trials=math.comb(8, 1), startup=2)
+    assert sorted(t.user_attrs["mask"] for t in complete_trials(url)) == sorted(
+        "".join("0" if j == i else "1" for j in range(8)) for i in range(8))
