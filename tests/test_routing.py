@@ -91,6 +91,25 @@ def test_weights_shared_and_full_model_unaffected(model, ids):
     assert torch.equal(after.logits, ref) and len(after.hidden_states) == L + 1
 
 
+class _Skip(torch.nn.Module):
+    def forward(self, hidden_states, *args, **kwargs):
+        return hidden_states
+
+
+@pytest.mark.parametrize("key", MASKS)
+@torch.no_grad()
+def test_slim_equals_full_model_with_skipped_layers_as_identity(model, ids, key):
+    """Independent reference: a copy of the full model (original layer indices, types and masks) whose
+    skipped layers pass their input through."""
+    import copy
+
+    ref = copy.deepcopy(model)
+    for i, keep in enumerate(mask_from_key(key)):
+        if not keep:
+            ref.model.layers[i] = _Skip()
+    torch.testing.assert_close(slim_verifier(model, mask_from_key(key))(ids).logits, ref(ids).logits)
+
+
 @torch.no_grad()
 def test_all_true_mask_equals_full_model(model, ids):
     torch.testing.assert_close(slim_verifier(model, (True,) * L)(ids).logits, model(ids).logits)
