@@ -1,0 +1,258 @@
+"""Mask evaluation on a pool of Ray actors: one actor per GPU, or small CPU shares without GPUs.
+
+Each actor builds one `MaskScorer`: it loads the verifier once and keeps the reference log-probs and the
+prefix cache for the *whole* calibration set, and scores whole masks. One mask is one Ray task on one
+actor, so N actors keep N trials in flight with no cross-actor reduction: a trial's latency is one
+actor's forward (no straggler shard), the GPU sees full batches, and a dead actor costs exactly one
+trial. Sharding the calibration set across actors would only pay off when it does not fit beside the
+model on one GPU; then lower ``--num-sequences`` or use bigger GPUs first.
+
+Faults: actors restart up to ``max_restarts`` times (reloading the verifier); a task in flight on a dying
+actor comes back from `wait` as an exception, so the driver fails that trial and retries its mask. An
+actor out of restarts is dropped and ``slots`` shrinks.
+
+A local Ray instance (no ``address``) keeps every file in a temp dir of the run, runs no dashboard and
+writes nothing to ``~/.ray``: its auth token lives in that temp dir too. ``address`` (or ``auto``) joins
+an existing cluster instead; then every node needs dimr installed (``pip install -e .`` or a wheel).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import ray
+from ray.exceptions import ActorDiedError, GetTimeoutError, RayActorError
+
+from workers.base import EvalSpec, Evaluation
+
+PROBE_EVERY_S = 1.0  # how often a restarting actor is asked whether it is back
+START_TIMEOUT_S = 900.0  # loading a 70B verifier onto a GPU takes minutes
+_AUTH_VARS = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
+
+
+class ScorerActor:
+    """The body of one Ray worker: a `MaskScorer` built once, then asked to score masks."""
+
+    def __init__(self, spec: EvalSpec, name: str):
+        from workers.local import MaskScorer
+
+        self.scorer = MaskScorer(spec, name)
+
+    def ready(self) -> int:
+        """Answers once the verifier and the calibration cache are loaded: the verifier's layer count."""
+        return self.scorer.num_layers
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def score(self, mask: tuple[bool, ...]) -> Evaluation:
+        return self.scorer.score(mask)
+
+    def block_influence(self) -> list[float]:
+        return self.scorer.block_influence()
+
+
+def cpu_share(total_cpus: float, workers: int) -> float:
+    """CPUs reserved per CPU-only actor: together at most ``total − 1`` (one core stays free for the driver
+    and other Ray tasks), and at most half a core each, so actors never block every further task."""
+    return max(0.01, min(0.5, (total_cpus - 1) / max(1, workers)))
+
+
+def _reload_auth_token() -> None:
+    """Ray caches the auth token per process; a second local instance in one process needs a fresh read."""
+    try:
+        from ray._raylet import AuthenticationTokenLoader
+
+        AuthenticationTokenLoader.instance().reset_cache()
+    except (ImportError, AttributeError):  # older Ray: no token auth
+        pass
+
+
+class RayPool:
+    """The `Evaluator` interface over Ray actors; see the module docstring."""
+
+    def __init__(self, spec: EvalSpec, workers: int = 2, address: str | None = None, *,
+                 actor_cls: type = ScorerActor, max_restarts: int = 2, cpus_per_worker: float | None = None,
+                 num_cpus: int | None = None, temp_dir: str | None = None):
+        self._own_temp: str | None = None
+        self._saved_env: dict[str, str | None] | None = None
+        self._connected = False
+        if not ray.is_initialized():
+            if address is None:
+                self._start_local(num_cpus or os.cpu_count() or 1, temp_dir)
+            else:
+                ray.init(address=address, log_to_driver=False)
+            self._connected = True
+        resources = ray.cluster_resources()
+        gpus = int(resources.get("GPU", 0))
+        on_gpu = gpus > 0 and (spec.device is None or spec.device.startswith("cuda"))
+        if on_gpu:
+            n, opts = min(workers, gpus), {"num_gpus": 1, "num_cpus": 1}
+        else:
+            share = cpus_per_worker or cpu_share(resources.get("CPU", 1.0), workers)
+            n, opts = workers, {"num_cpus": share}
+        remote = ray.remote(actor_cls).options(max_restarts=max_restarts, max_task_retries=0, **opts)
+        self._actors = [remote.remote(spec, f"ray-{i}") for i in range(n)]
+        self._state = ["idle"] * n  # idle | busy | probing | dead
+        self._work: dict[Any, tuple[int, int]] = {}  # score ref -> (ticket, actor index)
+        self._probes: dict[Any, int] = {}  # ready ref -> actor index
+        self._reprobe: dict[int, float] = {}  # actor index -> when to ask again
+        self._queue: list[tuple[int, tuple[bool, ...]]] = []
+        try:
+            layers = ray.get([a.ready.remote() for a in self._actors], timeout=START_TIMEOUT_S)
+        except GetTimeoutError:
+            self.close()
+            raise RuntimeError(f"{n} Ray workers ({opts}) did not start within {START_TIMEOUT_S:.0f} s; "
+                               f"the cluster has {resources}") from None
+        except BaseException:
+            self.close()
+            raise
+        self.num_layers = layers[0]
+
+    # -- Ray set-up -----------------------------------------------------------------------------------
+    def _start_local(self, num_cpus: int, temp_dir: str | None) -> None:
+        """A private Ray instance: files under a temp dir of the run, no dashboard, nothing in ``~/.ray``."""
+        # Short path: Ray's unix sockets live under it and must stay below ~107 characters.
+        self._own_temp = tempfile.mkdtemp(prefix="dimr-ray-", dir=temp_dir)
+        self._saved_env = {k: os.environ.get(k) for k in _AUTH_VARS}
+        if not any(self._saved_env.values()):
+            # Ray 2.5x enables token auth for new local clusters and would save the token in ~/.ray.
+            token = Path(self._own_temp) / "auth_token"
+            token.write_text(secrets.token_hex(32))
+            token.chmod(0o600)
+            os.environ["RAY_AUTH_TOKEN_PATH"] = str(token)
+            _reload_auth_token()
+        root = str(Path(__file__).resolve().parents[1])  # the checkout, for runs without an install
+        path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+        ray.init(num_cpus=num_cpus, include_dashboard=False, _temp_dir=self._own_temp, log_to_driver=False,
+                 configure_logging=False, runtime_env={"env_vars": {"PYTHONPATH": path}})
+
+    # -- the Evaluator interface ----------------------------------------------------------------------
+    @property
+    def slots(self) -> int:
+        """Live actors (restarting ones included): the driver keeps this many trials in flight."""
+        return sum(s != "dead" for s in self._state)
+
+    def submit(self, ticket: int, mask: tuple[bool, ...]) -> None:
+        self._queue.append((ticket, tuple(mask)))
+        self._dispatch()
+
+    def wait(self, timeout: float | None = None) -> list[tuple[int, Evaluation | BaseException]]:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            self._probe_due()
+            self._dispatch()
+            out: list[tuple[int, Evaluation | BaseException]] = []
+            if not self.slots:  # nobody left to run what is queued
+                out = [(t, RuntimeError("every Ray worker died")) for t, _ in self._queue]
+                self._queue.clear()
+                return out
+            refs = list(self._work) + list(self._probes)
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if self._reprobe:
+                next_probe = max(0.0, min(self._reprobe.values()) - time.monotonic())
+                left = next_probe if left is None else min(left, next_probe)
+            if not refs and not self._queue:
+                return []
+            if refs:
+                done, _ = ray.wait(refs, num_returns=1, timeout=left)
+                if done:
+                    done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+                for ref in done:
+                    if ref in self._work:
+                        out.append(self._finish(ref))
+                    else:
+                        self._probed(ref)
+            elif left:
+                time.sleep(left)
+            if out or (deadline is not None and time.monotonic() >= deadline):
+                return out
+
+    def block_influence(self) -> list[float]:
+        for i, actor in enumerate(self._actors):
+            if self._state[i] == "idle":
+                try:
+                    return ray.get(actor.block_influence.remote())
+                except RayActorError:
+                    self._lost(i)
+        raise RuntimeError("no idle Ray worker to compute block influence")
+
+    def close(self) -> None:
+        """Kill the actors, and shut down what this pool started or connected."""
+        if ray.is_initialized():
+            for actor in getattr(self, "_actors", []):
+                try:
+                    ray.kill(actor, no_restart=True)
+                except Exception:  # noqa: BLE001 - already gone
+                    pass
+            if self._connected:
+                ray.shutdown()
+        self._actors, self._state = [], []
+        self._connected = False
+        if self._saved_env is not None:
+            for k, v in self._saved_env.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+            self._saved_env = None
+            _reload_auth_token()
+        if self._own_temp:
+            shutil.rmtree(self._own_temp, ignore_errors=True)
+            self._own_temp = None
+
+    # -- helpers -------------------------------------------------------------------------------------
+    def worker_pids(self) -> list[int]:
+        """PIDs (on their nodes) of the actors that are up now, in actor order."""
+        up = [a for a, s in zip(self._actors, self._state, strict=True) if s in ("idle", "busy")]
+        return ray.get([a.pid.remote() for a in up])
+
+    def _dispatch(self) -> None:
+        for i, state in enumerate(self._state):
+            if not self._queue:
+                return
+            if state == "idle":
+                ticket, mask = self._queue.pop(0)
+                self._work[self._actors[i].score.remote(mask)] = (ticket, i)
+                self._state[i] = "busy"
+
+    def _finish(self, ref) -> tuple[int, Evaluation | BaseException]:
+        ticket, i = self._work.pop(ref)
+        try:
+            result = ray.get(ref)
+        except RayActorError as e:  # the actor died under the task: it restarts, or it is gone
+            self._lost(i)
+            return ticket, e
+        except Exception as e:  # noqa: BLE001 - the scorer raised: the actor is fine, the trial failed
+            self._state[i] = "idle"
+            return ticket, e
+        self._state[i] = "idle"
+        return ticket, result
+
+    def _lost(self, i: int) -> None:
+        self._state[i] = "probing"
+        self._reprobe[i] = 0.0
+
+    def _probe_due(self) -> None:
+        now = time.monotonic()
+        for i, when in list(self._reprobe.items()):
+            if when <= now:
+                del self._reprobe[i]
+                self._probes[self._actors[i].ready.remote()] = i
+
+    def _probed(self, ref) -> None:
+        i = self._probes.pop(ref)
+        try:
+            ray.get(ref)
+        except ActorDiedError:  # out of restarts: the pool shrinks
+            self._state[i] = "dead"
+        except RayActorError:  # still restarting
+            self._reprobe[i] = time.monotonic() + PROBE_EVERY_S
+        else:
+            self._state[i] = "idle"
