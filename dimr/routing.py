@@ -20,6 +20,7 @@ once per calibration batch and :func:`forward_from` starts a mask's forward at i
 from __future__ import annotations
 
 import copy
+import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -157,7 +158,10 @@ def slim_verifier(model: nn.Module, mask: Sequence[bool]) -> nn.Module:
 
     The result is a model of the same class: ``forward``, KV caches (``DynamicCache``) and ``generate()``
     work as usual, and ``model`` itself stays unchanged and usable. ``slim.config.dimr_mask`` holds the
-    mask key relative to the original model.
+    mask key relative to the original model. Build caches from ``slim.config`` (one slot per kept layer).
+
+    Move or cast the full model (``.to()``, ``.half()``) *before* making slim verifiers, never the slim one:
+    the parameters are the same objects, so casting the slim model would cast only the kept layers.
     """
     mask = _check_mask(model, mask)
     if not any(mask):
@@ -204,18 +208,21 @@ def layer_inputs(
 # Tail models per (model, mask) so that a worker evaluating one mask on many batches builds it once.
 _TAILS: weakref.WeakKeyDictionary[nn.Module, OrderedDict[str, nn.Module]] = weakref.WeakKeyDictionary()
 _TAILS_MAX = 64
+_TAILS_LOCK = threading.Lock()
 
 
 def _tail_model(model: nn.Module, tail: Mask) -> nn.Module:
-    cache = _TAILS.setdefault(model, OrderedDict())
     key = mask_key(tail)
-    if key in cache:
-        cache.move_to_end(key)
-        return cache[key]
+    with _TAILS_LOCK:
+        cache = _TAILS.setdefault(model, OrderedDict())
+        if key in cache:
+            cache.move_to_end(key)
+            return cache[key]
     runner = _build_slim(model, tail)
-    cache[key] = runner
-    if len(cache) > _TAILS_MAX:
-        cache.popitem(last=False)
+    with _TAILS_LOCK:
+        cache[key] = runner
+        if len(cache) > _TAILS_MAX:
+            cache.popitem(last=False)
     return runner
 
 
