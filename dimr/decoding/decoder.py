@@ -1,0 +1,104 @@
+"""A ready decoder: a pair's models, its tokenizer and (optionally) a slim verifier from a slim config.
+
+This is the Python API behind ``dimr decode``::
+
+    dec = Decoder.load("mini", slim="slim.json")
+    text, result = dec.generate("def fib(n):", mode="via", config=DecodeConfig(max_new_tokens=64))
+    print(text, *result.stats.lines(), sep="\\n")
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+from torch import Tensor
+from transformers import PreTrainedModel
+
+from dimr.decoding import modes
+from dimr.decoding.proposer import ModelProposer
+from dimr.decoding.sequence import DecodeConfig, DecodeResult
+from dimr.decoding.tiers import Tier
+from dimr.errors import DimrError
+
+MODES = ("ar", "sd", "self", "via")
+
+
+@dataclass
+class Decoder:
+    """The three tiers (``slim`` may be None: then only ``ar`` and ``sd`` run) and the tokenizer."""
+
+    full: Tier
+    draft: Tier
+    slim: Tier | None = None
+    tokenizer: object | None = None
+
+    @classmethod
+    def from_models(cls, verifier: PreTrainedModel, draft: PreTrainedModel,
+                    slim: PreTrainedModel | None = None, tokenizer: object | None = None) -> Decoder:
+        slim_tier = Tier("slim", slim) if slim is not None else None
+        return cls(Tier("full", verifier), Tier("draft", draft), slim_tier, tokenizer)
+
+    @classmethod
+    def load(cls, pair: str, slim: str | Path | None = None, device: str | None = None,
+             pairs_file: Path | None = None, mask: Sequence[bool] | None = None) -> Decoder:
+        """Load ``pair``'s models on ``device``; the slim verifier from a slim config (or a raw ``mask``)."""
+        from dimr.pairs import get_pair, load_model, load_tokenizer, pick_device
+
+        p = get_pair(pair, pairs_file)
+        dev = pick_device(device)
+        verifier = load_model(p, "verifier", dev)
+        slim_model = None
+        if slim is not None:
+            from dimr.export import apply_slim_config, load_slim_config
+
+            slim_model = apply_slim_config(load_slim_config(Path(slim)), verifier)
+        elif mask is not None:
+            from dimr.routing import slim_verifier
+
+            slim_model = slim_verifier(verifier, mask)
+        return cls.from_models(verifier, load_model(p, "draft", dev), slim_model, load_tokenizer(p))
+
+    @property
+    def device(self) -> torch.device:
+        return self.full.model.device
+
+    def eos_token_ids(self) -> tuple[int, ...]:
+        eos = getattr(self.full.model.generation_config, "eos_token_id", None)
+        if eos is None and self.tokenizer is not None:
+            eos = self.tokenizer.eos_token_id
+        return tuple(eos) if isinstance(eos, (list, tuple)) else (() if eos is None else (int(eos),))
+
+    def encode(self, prompt: str) -> Tensor:
+        ids = self.tokenizer(prompt, return_tensors="pt").input_ids[0]
+        if ids.numel() == 0:
+            bos = self.tokenizer.bos_token_id
+            if bos is None:
+                raise DimrError("the prompt is empty and the tokenizer has no BOS token; pass a prompt")
+            ids = torch.tensor([bos])
+        return ids.to(self.device)
+
+    def run(self, prompt: Tensor, mode: str, config: DecodeConfig) -> DecodeResult:
+        """Decode token ids [L] with ``mode`` (ar | sd | self | via)."""
+        if mode not in MODES:
+            raise DimrError(f"unknown decoding mode {mode!r}; use one of {', '.join(MODES)}")
+        if mode in ("self", "via") and self.slim is None:
+            raise DimrError(f"mode {mode!r} needs a slim verifier; pass --slim with an exported slim config")
+        if mode == "ar":
+            return modes.ar(self.full, prompt, config)
+        if mode == "sd":
+            return modes.sd(ModelProposer(self.draft), self.full, prompt, config)
+        if mode == "self":
+            return modes.sd(ModelProposer(self.slim), self.full, prompt, config, mode="self")
+        return modes.via(ModelProposer(self.draft), self.slim, self.full, prompt, config)
+
+    def generate(self, prompt: str, mode: str = "via", config: DecodeConfig | None = None,
+                 stop_at_eos: bool = True) -> tuple[str, DecodeResult]:
+        """Text in, text out (the continuation only)."""
+        config = config or DecodeConfig()
+        if stop_at_eos and not config.eos_token_ids:
+            config = replace(config, eos_token_ids=self.eos_token_ids())
+        result = self.run(self.encode(prompt), mode, config)
+        return self.tokenizer.decode(result.tokens, skip_special_tokens=True), result

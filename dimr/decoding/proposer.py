@@ -1,0 +1,51 @@
+"""The draft tier as a proposer: something that proposes γ tokens with the distributions they came from.
+
+Today a proposer is a model with its own KV cache: the draft model (``sd``, ``via``) or the slim verifier
+(``self``). Another proposer (n-gram look-up, early exit) only has to implement :class:`Proposer`.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+from torch import Tensor
+
+from dimr.decoding.sampling import Sampler, sample
+from dimr.decoding.tiers import Tier
+
+
+class Proposer(Protocol):
+    tier: Tier
+
+    def propose(self, ids: Tensor, gamma: int, sampler: Sampler,
+                generator: torch.Generator | None) -> tuple[Tensor, Tensor, Tensor]:
+        """Continue ``ids`` [L] by ``gamma`` tokens → (tokens [γ], probs [γ, V], logits [γ, V])."""
+        ...
+
+    def keep(self, length: int) -> None:
+        """The first ``length`` tokens of the sequence are final: forget anything after them."""
+        ...
+
+
+class ModelProposer:
+    """Autoregressive proposals from a KV-cached causal LM (the draft model or the slim verifier)."""
+
+    def __init__(self, tier: Tier) -> None:
+        self.tier = tier
+
+    def propose(self, ids: Tensor, gamma: int, sampler: Sampler,
+                generator: torch.Generator | None) -> tuple[Tensor, Tensor, Tensor]:
+        tokens, probs, logits = [], [], []
+        pending = ids[self.tier.length:]  # tokens the cache has not seen yet (≥ 1)
+        for _ in range(gamma):
+            step_logits = self.tier.forward(pending, keep=1)[0]
+            step_probs = sampler.probs(step_logits)
+            pending = sample(step_probs, generator)
+            tokens.append(pending)
+            probs.append(step_probs)
+            logits.append(step_logits)
+        return torch.cat(tokens), torch.stack(probs), torch.stack(logits)
+
+    def keep(self, length: int) -> None:
+        self.tier.crop(length)

@@ -1,0 +1,55 @@
+"""Logits → probabilities (temperature, top-p, greedy) and drawing tokens from them.
+
+Greedy decoding is temperature 0 and is represented as a one-hot distribution at the argmax. That keeps one
+code path: the speculative acceptance test min(1, full/draft) is then exactly "the draft token is the full
+verifier's argmax", and the residual (full − draft)+ is the full verifier's argmax, so greedy speculative
+decoding reproduces greedy autoregressive decoding token for token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+
+@dataclass(frozen=True)
+class Sampler:
+    """How a distribution over the vocabulary is made from logits. ``temperature=0`` is greedy."""
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0
+
+    def probs(self, logits: Tensor) -> Tensor:
+        """float32 probabilities, same shape as ``logits`` ([..., V])."""
+        logits = logits.float()
+        if self.greedy:
+            return torch.zeros_like(logits).scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
+        probs = torch.softmax(logits / self.temperature, dim=-1)
+        if self.top_p < 1.0:
+            probs = top_p_filter(probs, self.top_p)
+        return probs
+
+
+def top_p_filter(probs: Tensor, top_p: float) -> Tensor:
+    """Keep the smallest set of most likely tokens whose mass reaches ``top_p`` (≥ 1 token); renormalise."""
+    sorted_probs, order = probs.sort(dim=-1, descending=True)
+    mass_before = sorted_probs.cumsum(-1) - sorted_probs
+    sorted_probs = sorted_probs.masked_fill(mass_before >= top_p, 0.0)
+    kept = torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
+    return kept / kept.sum(-1, keepdim=True)
+
+
+def sample(probs: Tensor, generator: torch.Generator | None) -> Tensor:
+    """One token per row of ``probs`` ([V] → [1], [n, V] → [n, 1]); weights need not be normalised."""
+    return torch.multinomial(probs, 1, generator=generator)
+
+
+def confidence(logits: Tensor) -> Tensor:
+    """The model's own distribution (softmax at temperature 1), used for VIA's routing decisions."""
+    return torch.softmax(logits.float(), dim=-1)

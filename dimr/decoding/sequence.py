@@ -1,0 +1,109 @@
+"""The growing output: emitting tokens block by block, stopping, and counting who wrote each token."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from dimr.decoding.sampling import Sampler
+from dimr.decoding.stats import DecodeStats
+from dimr.decoding.tiers import Tier
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """VIA routing thresholds, on the models' own (temperature-1) distributions; see ``docs/decoding.md``.
+
+    - ``accept``: a drafted token is accepted directly when the slim verifier gives it at least this much;
+    - ``close`` and ``regen``: otherwise, when draft and slim are close (1 − TV(draft, slim) ≥ ``close``) and
+      the slim verifier is confident (its top probability ≥ ``regen``), the slim verifier writes the token
+      and the block ends; ``regen`` also gates the slim bonus token after a fully direct block;
+    - anything else escalates to the full verifier.
+
+    Values above 1 switch a route off: ``Thresholds.never()`` sends every token to the full verifier.
+    """
+
+    accept: float = 0.9
+    close: float = 0.5
+    regen: float = 0.8
+
+    @classmethod
+    def never(cls) -> Thresholds:
+        return cls(accept=2.0, close=2.0, regen=2.0)
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """Everything that shapes one decode. ``temperature=0`` is greedy; ``eos_token_ids`` stop it."""
+
+    max_new_tokens: int = 64
+    gamma: int = 4
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int = 0
+    eos_token_ids: tuple[int, ...] = ()
+    thresholds: Thresholds = Thresholds()
+
+    @property
+    def sampler(self) -> Sampler:
+        return Sampler(self.temperature, self.top_p)
+
+    def generator(self, device: torch.device) -> torch.Generator:
+        return torch.Generator(device=device).manual_seed(self.seed)
+
+
+@dataclass
+class DecodeResult:
+    tokens: list[int]  # generated tokens only (the prompt excluded)
+    stats: DecodeStats
+
+
+class Output:
+    """Prompt + emitted tokens. :meth:`emit` truncates at ``max_new_tokens`` and at the first EOS."""
+
+    KINDS = ("accepted", "direct", "regenerated", "escalated", "bonus")
+
+    def __init__(self, prompt: Tensor, config: DecodeConfig, stats: DecodeStats, tiers: list[Tier]) -> None:
+        self.ids = prompt
+        self.new: list[int] = []
+        self.config = config
+        self.stats = stats
+        self.tiers = tiers
+        self.done = config.max_new_tokens <= 0
+        for tier in tiers:
+            tier.reset()
+        self.t0 = time.perf_counter()
+
+    @property
+    def remaining(self) -> int:
+        return self.config.max_new_tokens - len(self.new)
+
+    def emit(self, tokens: Tensor, kind: str) -> int:
+        """Append ``tokens`` [n] written by ``kind``; return how many were kept."""
+        if self.done or tokens.numel() == 0:
+            return 0
+        values = tokens.tolist()[: self.remaining]
+        eos = self.config.eos_token_ids
+        stop = next((k + 1 for k, v in enumerate(values) if v in eos), None)
+        if stop is not None:
+            values, self.done = values[:stop], True
+        kept = len(values)
+        self.new += values
+        self.ids = torch.cat([self.ids, tokens[:kept]])
+        self.done = self.done or self.remaining <= 0
+        if kind == "direct":
+            self.stats.accepted_direct += kept
+            kind = "accepted"
+        setattr(self.stats, kind, getattr(self.stats, kind) + kept)
+        return kept
+
+    def result(self) -> DecodeResult:
+        self.stats.wall_seconds = time.perf_counter() - self.t0
+        self.stats.tokens = len(self.new)
+        for tier in self.tiers:
+            self.stats.calls[tier.name] += tier.calls
+            self.stats.seconds[tier.name] += tier.seconds
+        return DecodeResult(self.new, self.stats)

@@ -1,0 +1,63 @@
+"""The speculative acceptance step, in the survey's unified form (RELAXED.md).
+
+Three target distributions take the place of the full verifier's: π_rej in the acceptance test, π_res for
+residual sampling after a rejection, π_bonus for the bonus token after a fully accepted block. Lossless
+speculative sampling (Leviathan et al. 2023; Chen et al. 2023) sets all three to ``full_probs``; relaxed
+methods (issue 7) are other :data:`TargetsFn` functions and leave :func:`accept` untouched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from dimr.decoding.sampling import sample
+
+
+class Targets(NamedTuple):
+    """π_rej [n, V], π_res [n, V] at the n drafted positions and π_bonus [V] at the position after them."""
+
+    rej: Tensor
+    res: Tensor
+    bonus: Tensor
+
+
+TargetsFn = Callable[[Tensor, Tensor], Targets]
+"""(draft_probs [n, V], full_probs [n + 1, V]) → Targets."""
+
+
+def lossless(draft_probs: Tensor, full_probs: Tensor) -> Targets:
+    """π_rej = π_res = π_bonus = full: the output distribution is exactly the full verifier's."""
+    return Targets(full_probs[:-1], full_probs[:-1], full_probs[-1])
+
+
+class Verdict(NamedTuple):
+    n_accepted: int
+    token: Tensor  # [1]: the residual sample at position n_accepted, or the bonus token if all were accepted
+    bonus: bool
+
+
+def accept(draft_probs: Tensor, tokens: Tensor, targets: Targets,
+           generator: torch.Generator | None) -> Verdict:
+    """Accept drafted ``tokens`` [n] left to right with probability min(1, π_rej(x)/draft(x)).
+
+    At the first rejection sample from residual = (π_res − draft)+; if every token passes, sample the bonus
+    token from π_bonus. Draws exactly n uniforms and one token, whatever the outcome.
+    """
+    idx = torch.arange(tokens.numel(), device=tokens.device)
+    accept_probs = (targets.rej[idx, tokens] / draft_probs[idx, tokens]).clamp(max=1.0)
+    u = torch.rand(tokens.numel(), generator=generator, device=tokens.device)
+    rejected = (u >= accept_probs).nonzero()
+    if rejected.numel() == 0:
+        return Verdict(tokens.numel(), sample(targets.bonus, generator), True)
+    n = int(rejected[0])
+    residual = (targets.res[n] - draft_probs[n]).clamp(min=0.0)
+    if residual.sum() <= 0:  # only possible for relaxed targets with π_res ≤ draft everywhere
+        residual = targets.res[n]
+    return Verdict(n, sample(residual, generator), False)
+
+
+AcceptFn = Callable[[Tensor, Tensor, Targets, "torch.Generator | None"], Verdict]
