@@ -158,13 +158,14 @@ def load_slim_config(path: str | Path) -> SlimConfig:
     if missing:
         raise DimrError(f"slim config {path} lacks {', '.join(sorted(missing))}; export it again")
     data = {k: v for k, v in data.items() if k in names}
-    data["metrics"] = {k: float(v) for k, v in data["metrics"].items()}
-    cfg = SlimConfig(**data)
     try:
-        mask = cfg.layer_mask
-    except DimrError:
-        raise DimrError(f"slim config {path} has a malformed mask {cfg.mask!r}; export it again") from None
-    if len(mask) != cfg.num_layers or kept_layers(mask) != list(cfg.kept_layers):
+        data["metrics"] = {str(k): float(v) for k, v in data["metrics"].items()}
+        cfg = SlimConfig(**data)
+        mask = mask_from_key(str(cfg.mask))
+        consistent = len(mask) == int(cfg.num_layers) and kept_layers(mask) == list(cfg.kept_layers)
+    except (AttributeError, TypeError, ValueError, DimrError) as e:
+        raise DimrError(f"slim config {path} has a malformed field ({e}); export it again") from None
+    if not consistent:
         raise DimrError(f"slim config {path} is inconsistent (mask {cfg.mask} vs num_layers/kept_layers); "
                         "export it again")
     return cfg

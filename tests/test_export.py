@@ -110,6 +110,10 @@ def test_bad_files(tmp_path):
     bad.write_text(json.dumps({k: v for k, v in good.items() if k != "fingerprint"}))
     with pytest.raises(DimrError, match="lacks fingerprint"):
         load_slim_config(bad)
+    for broken in ({"metrics": [1]}, {"mask": "10x1"}, {"metrics": {"cost": "high"}}):
+        bad.write_text(json.dumps({**good, **broken}))
+        with pytest.raises(DimrError, match="malformed"):
+            load_slim_config(bad)
     bad.write_text(json.dumps({**good, "kept_layers": [0, 1]}))
     with pytest.raises(DimrError, match="inconsistent"):
         load_slim_config(bad)
