@@ -19,9 +19,16 @@ console = Console()
 err_console = Console(stderr=True)
 
 
+_registered = False
+
+
 def _register() -> None:
     import importlib
 
+    global _registered
+    if _registered:
+        return
+    _registered = True
     for name in ("dimr.cli_search", "dimr.cli_decode", "dimr.cli_zoo"):
         try:
             module = importlib.import_module(name)
@@ -43,10 +50,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(e.exit_code)
     except typer.Abort:
         sys.exit(130)
-    except Exception as e:  # click usage errors carry their own exit code
-        import click
-
-        if isinstance(e, click.ClickException):
+    except Exception as e:  # click's usage errors (typer vendors click) show themselves, exit 2
+        if hasattr(e, "show") and isinstance(getattr(e, "exit_code", None), int):
             e.show()
             sys.exit(e.exit_code)
         raise

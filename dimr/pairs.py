@@ -15,10 +15,10 @@ Users add pairs in a TOML file (``--pairs-file`` or ``$DIMR_PAIRS``)::
 from __future__ import annotations
 
 import os
-import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import tomllib
 import torch
 
 from dimr.errors import DimrError
@@ -96,9 +96,7 @@ def _user_pairs(path: Path | None) -> dict[str, Pair]:
         dtype = spec.get("dtype", "auto")
         if dtype != "auto" and dtype not in DTYPES:
             raise DimrError(f"pair {name!r} in {path} has dtype {dtype!r}; use auto, {', '.join(DTYPES)}")
-        base = path.parent
-
-        def resolve(p: str) -> str:
+        def resolve(p: str, base: Path = path.parent) -> str:
             q = (base / p) if not Path(p).is_absolute() else Path(p)
             return str(q.resolve()) if q.exists() else p
 

@@ -82,3 +82,32 @@ def pick_trial(study: optuna.Study, trial: int | None = None) -> FrozenTrial:
         raise DimrError(f"trial {trial} of {study.study_name!r} is {trials[trial].state.name}, not COMPLETE; "
                         "export a completed trial")
     return trials[trial]
+
+
+def export_slim_config(study: optuna.Study, output, trial: int | None = None):
+    """Write the slim config of the best trial (or trial ``trial``) to ``output``; returns it."""
+    from pathlib import Path
+
+    from dimr.export import SlimConfig
+    from dimr.routing import kept_layers, mask_from_key
+
+    t = pick_trial(study, trial)
+    settings = study.user_attrs.get(SETTINGS_ATTR)
+    if not settings:
+        raise DimrError(f"study {study.study_name!r} was not made by dimr; nothing to export")
+    output = Path(output)
+    if not output.parent.resolve().is_dir():
+        raise DimrError(f"cannot write {output}: directory {output.parent} does not exist; create it")
+    mask = mask_from_key(t.user_attrs["mask"])
+    metrics = {"cost": t.value, **{k: t.user_attrs[k] for k in ("top1_agreement", "expected_acceptance")
+                                   if k in t.user_attrs}}
+    from dimr.pairs import list_pairs
+
+    revision = getattr(list_pairs().get(settings["pair"]), "revision", None)
+    cfg = SlimConfig(pair=settings["pair"], verifier=settings["verifier"], fingerprint=settings["fingerprint"],
+                     num_layers=settings["num_layers"], kept_layers=kept_layers(mask), mask=t.user_attrs["mask"],
+                     cost=settings["cost"], metrics=metrics, calibration=settings["calibration"],
+                     calibration_hash=settings["calibration_hash"], revision=revision,
+                     study=study.study_name, trial=t.number)
+    cfg.save(output)
+    return cfg

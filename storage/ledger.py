@@ -8,12 +8,14 @@ their cost does not grow with the number of trials (unlike scanning Optuna's tri
 from __future__ import annotations
 
 import json
+import random
+import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
 import optuna
 from sqlalchemy import DateTime, Float, Integer, String, Text, UniqueConstraint, func, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, ProgrammingError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 
@@ -56,7 +58,14 @@ class MaskLedger:
     def __init__(self, storage: optuna.storages.RDBStorage, study_id: int):
         self.engine = storage.engine
         self.study_id = study_id
-        _Base.metadata.create_all(self.engine)
+        for attempt in range(3):
+            try:
+                _Base.metadata.create_all(self.engine)
+                break
+            except (IntegrityError, ProgrammingError):  # another driver created the table at the same time
+                if attempt == 2:
+                    raise
+                time.sleep(0.5 + random.random())
 
     def claim(self, mask_key: str, trial_number: int, owner: str) -> Claim:
         with Session(self.engine) as s:
@@ -121,8 +130,9 @@ class MaskLedger:
             failed = s.execute(select(MaskRow.mask_key, MaskRow.trial_number).where(
                 MaskRow.study_id == self.study_id, MaskRow.state == "failed")).all()
             for key, number in failed:
-                r = s.execute(update(MaskRow).where(MaskRow.study_id == self.study_id, MaskRow.mask_key == key,
-                                                    MaskRow.state == "failed").values(state="retry", updated=_now()))
+                r = s.execute(update(MaskRow).where(MaskRow.study_id == self.study_id,
+                                                    MaskRow.mask_key == key, MaskRow.state == "failed")
+                              .values(state="retry", updated=_now()))
                 s.commit()
                 if r.rowcount == 1:
                     won.append((key, number))

@@ -7,13 +7,15 @@ own docs warn against it under concurrency.
 
 from __future__ import annotations
 
+import random
+import time
 import warnings
 from pathlib import Path
 
 import optuna
 import sqlalchemy
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+from sqlalchemy.exc import ArgumentError, IntegrityError, NoSuchModuleError, ProgrammingError
 
 DEFAULT_URL = "sqlite:///dimr.db"
 HEARTBEAT_S = 10
@@ -63,6 +65,14 @@ def open_storage(url: str = DEFAULT_URL, heartbeat: bool = True) -> optuna.stora
     """An Optuna RDB storage on ``url``; creates tables on first use. Heartbeats fail dead drivers' trials."""
     parsed = validate_url(url)
     kw = {"heartbeat_interval": HEARTBEAT_S, "grace_period": GRACE_S} if heartbeat else {}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # heartbeats are relied on
-        return optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(parsed), **kw)
+    for attempt in range(3):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # relied on
+                return optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(parsed), **kw)
+        except (IntegrityError, ProgrammingError):
+            # Two drivers creating the tables of a new database at once: one loses; the tables exist now.
+            if attempt == 2:
+                raise
+            time.sleep(0.5 + random.random())
+    raise AssertionError("unreachable")
