@@ -67,7 +67,8 @@ def _local_texts(source: str) -> list[str]:
             try:
                 record = json.loads(line)
             except json.JSONDecodeError:
-                raise DimrError(f"calibration file {path} line {n} is not JSON; write one JSON object per line") from None
+                msg = f"calibration file {path} line {n} is not JSON; write one JSON object per line"
+                raise DimrError(msg) from None
             if not isinstance(record, dict) or not isinstance(record.get(field), str):
                 raise DimrError(f"calibration file {path} line {n} has no string field {field!r}; use file.jsonl#FIELD")
             texts.append(record[field])

@@ -8,7 +8,14 @@ from enum import Enum
 from pathlib import Path
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 from dimr.cli import console
@@ -95,7 +102,8 @@ def search(
     num_layers = getattr(config, "num_hidden_layers", None) or config.get_text_config().num_hidden_layers
     b = parse_budget(budget, num_layers)
     if math.comb(num_layers, b.skip) < trials:
-        raise DimrError(f"only {math.comb(num_layers, b.skip)} masks {b.describe()}; ask for at most that many --trials")
+        n = math.comb(num_layers, b.skip)
+        raise DimrError(f"only {n} masks {b.describe()}; ask for at most that many --trials")
     tokenizer = load_tokenizer(p)
     calib = load_calibration(calibration or p.calibration, tokenizer, num_sequences, seq_len)
     st = _open(storage)
