@@ -33,6 +33,8 @@ from workers.base import Evaluation, Evaluator
 
 SETTINGS_ATTR = "dimr_settings"
 SEEDS_ATTR = "dimr_seeds"
+SETUP_WAIT_S = 30.0  # how long a driver waits for a concurrent driver to finish creating the study
+CHECK_EVERY_S = 2.0  # how often a busy driver looks for dead drivers' trials and failed masks
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 # dimr drives heartbeats itself (ask/tell, not Study.optimize) and relies on fail_stale_trials on purpose.
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
@@ -95,13 +97,23 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def stored_settings(storage: optuna.storages.BaseStorage, study_name: str) -> dict | None:
-    """The settings of an existing study, or None if there is no such study. Writes nothing."""
+def stored_settings(storage: optuna.storages.BaseStorage, study_name: str,
+                    wait_s: float = SETUP_WAIT_S) -> dict | None:
+    """The settings of an existing study, or None if there is no such study. Writes nothing.
+
+    A study that another driver is setting up right now (created, seeds not yet recorded) is waited for,
+    up to ``wait_s``: concurrent drivers started on a new study must all see its settings.
+    """
     try:
         study_id = storage.get_study_id_from_name(study_name)
     except KeyError:
         return None
-    return storage.get_study_user_attrs(study_id).get(SETTINGS_ATTR, {})
+    deadline = time.monotonic() + wait_s
+    while True:
+        attrs = storage.get_study_user_attrs(study_id)
+        if SEEDS_ATTR in attrs or time.monotonic() >= deadline:
+            return attrs.get(SETTINGS_ATTR, {})
+        time.sleep(0.2)
 
 
 def check_resume(stored: dict | None, settings: StudySettings, study_name: str) -> None:
@@ -134,27 +146,38 @@ class Search:
         self.sampler = BudgetSampler(settings.budget, make_base_sampler(options.sampler, options.seed,
                                                                          options.startup_trials),
                                      startup=options.startup_trials, seed=options.seed)
+        created = False
+        if stored is None:
+            # Seeds first, then an atomic create: exactly one of several concurrent drivers creates the
+            # study and records settings and seeds within milliseconds; the others wait for them.
+            seeds = heuristics.seed_masks(settings.budget, evaluator.block_influence())
+            try:
+                storage.create_new_study([optuna.study.StudyDirection.MINIMIZE], study_name)
+                created = True
+            except optuna.exceptions.DuplicatedStudyError:
+                check_resume(stored_settings(storage, study_name), settings, study_name)
         self.study = optuna.create_study(storage=storage, study_name=study_name, direction="minimize",
                                          sampler=self.sampler, load_if_exists=True)
         self.ledger = MaskLedger(storage, self.study._study_id)
         self.sampler.is_taken = lambda m: self.ledger.is_taken(mask_key(m))
-        if stored is None:
+        if created:
             self.study.set_user_attr(SETTINGS_ATTR, asdict(settings))
-            self._enqueue_seeds()
+            self._enqueue_seeds(seeds)
         self.sampler.first_search_trial = self.study.user_attrs.get(SEEDS_ATTR, 0)
         self._inflight: dict[int, tuple[optuna.trial.Trial, tuple[bool, ...]]] = {}
         self._lock = threading.Lock()
+        self._next_check = 0.0
         self.result = SearchResult(study_name, 0, 0, None, None, None)
 
     # -- study set-up -------------------------------------------------------------------------------
-    def _enqueue_seeds(self) -> None:
-        seeds = heuristics.seed_masks(self.settings.budget, self.evaluator.block_influence())
+    def _enqueue_seeds(self, seeds: list[tuple[str, tuple[bool, ...]]]) -> None:
         for name, mask in seeds:
             self.study.enqueue_trial(mask_to_params(mask), user_attrs={"phase": "seed", "heuristic": name})
         self.study.set_user_attr(SEEDS_ATTR, len(seeds))
 
     def _fail_dead_trials(self) -> None:
         """FAIL the RUNNING trials of dead drivers, release their masks, and queue those masks again."""
+        self._next_check = time.monotonic() + CHECK_EVERY_S
         storage = self.study._storage
         host = socket.gethostname()
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
@@ -167,10 +190,12 @@ class Search:
             except optuna.exceptions.UpdateFinishedTrialError:
                 pass
         optuna.storages.fail_stale_trials(self.study)  # other hosts: by heartbeat
-        for key, number in self.ledger.running():
-            trial_id = storage.get_trial_id_from_study_id_trial_number(self.study._study_id, number)
-            if storage.get_trial(trial_id).state == TrialState.FAIL:
-                self.ledger.fail_trial(number)
+        running = self.ledger.running()
+        if running:  # one (cached) read of the failed trials, not one query per running mask
+            failed = {t.number for t in self.study.get_trials(deepcopy=False, states=(TrialState.FAIL,))}
+            for _, number in running:
+                if number in failed:
+                    self.ledger.fail_trial(number)
         for key, number in self.ledger.take_for_retry():
             self.study.enqueue_trial(mask_to_params(mask_from_key(key)),
                                      user_attrs={"phase": "retry", "retry_of": number})
@@ -200,6 +225,8 @@ class Search:
             self.result.pruned_duplicates += 1
             return
         trial.set_user_attr("owner", self.owner)
+        # A first beat now: Optuna never fails a RUNNING trial that has no heartbeat row at all.
+        self.study._storage.record_heartbeat(trial._trial_id)
         with self._lock:
             self._inflight[trial.number] = (trial, mask)
         self.evaluator.submit(trial.number, mask)
@@ -238,6 +265,8 @@ class Search:
         try:
             self._fail_dead_trials()
             while True:
+                if self.evaluator.slots < 1:
+                    raise DimrError("every evaluation worker is gone; check the workers' logs and run again")
                 complete, elsewhere = self._counts()
                 self.on_result(complete, target, self._best())
                 while len(self._inflight) < self.evaluator.slots and complete + elsewhere < target:
@@ -246,12 +275,13 @@ class Search:
                 if not self._inflight:
                     if complete >= target:
                         break
-                    time.sleep(1.0)  # other drivers hold the remaining trials: wait for them, or for them to die
+                    time.sleep(1.0)  # other drivers hold the remaining trials: wait for them or their death
                     self._fail_dead_trials()
                     continue
                 for ticket, outcome in self.evaluator.wait(timeout=HEARTBEAT_S):
                     self._tell(ticket, outcome)
-                self._fail_dead_trials()
+                if time.monotonic() >= self._next_check:  # scans every RUNNING trial: not after every result
+                    self._fail_dead_trials()
         finally:
             stop.set()
             with self._lock:
