@@ -16,12 +16,17 @@ $(BIN)/dimr: pyproject.toml
 
 setup: $(BIN)/dimr
 
+# The bundled real pair when this checkout ships it, else the tiny random one.
+DEMO_PAIR ?= $(shell test -f dimr/zoo/mini/pair.json && echo mini || echo tiny-random)
+DEMO_DB := sqlite:///demo-out/dimr.db
+
 demo: setup
 	rm -rf demo-out && mkdir -p demo-out
-	$(BIN)/dimr search --pair mini --budget 4 --trials 40 --storage sqlite:///demo-out/dimr.db --study demo
-	$(BIN)/dimr show demo --storage sqlite:///demo-out/dimr.db
-	$(BIN)/dimr export demo --storage sqlite:///demo-out/dimr.db -o demo-out/slim.json
-	$(BIN)/dimr decode --pair mini --slim demo-out/slim.json --mode via --prompt "def fibonacci(n):" --max-new-tokens 64 --stats
+	$(BIN)/dimr search --pair $(DEMO_PAIR) --budget 0.25 --trials 40 --storage $(DEMO_DB) --study demo
+	$(BIN)/dimr show demo --storage $(DEMO_DB)
+	$(BIN)/dimr export demo --storage $(DEMO_DB) -o demo-out/slim.json
+	$(BIN)/dimr decode --pair $(DEMO_PAIR) --slim demo-out/slim.json --mode via --prompt "def fibonacci(n):" \
+		--max-new-tokens 64 --stats
 
 test: setup
 	$(BIN)/ruff check dimr storage workers tests benchmarks
