@@ -1,0 +1,131 @@
+"""Sampled speculative decoding reproduces the verifier's distribution; a broken acceptance rule does not.
+
+Exact references come from independent computations: numpy for the acceptance step, and for the decoder the
+exact joint distribution of the first two tokens from plain (uncached) forwards of the verifier.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import chisquare
+from test_decoding import build_pair
+
+from dimr.decoding import DecodeConfig, modes, verify
+from dimr.decoding.proposer import ModelProposer
+from dimr.decoding.sampling import Sampler, sample, top_p_filter
+from dimr.decoding.tiers import Tier
+
+P_PASS = 1e-3  # a correct sampler fails with probability 1e-3 per test (deterministic here: fixed seeds)
+RUNS = 600
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def broken_accept(draft_probs, tokens, targets, generator) -> verify.Verdict:
+    """A classic bug: after a rejection, sample from the target itself instead of the residual (target − draft)+."""
+    n, _, bonus = verify.accept(draft_probs, tokens, targets, generator)
+    if bonus:
+        return verify.Verdict(n, sample(targets.bonus, generator), True)
+    return verify.Verdict(n, sample(targets.res[n], generator), False)
+
+
+def chi_square_p(observed: np.ndarray, expected_probs: np.ndarray) -> float:
+    """Pearson chi-square p-value; cells expecting fewer than 5 counts are pooled into one."""
+    observed, expected = observed.ravel(), expected_probs.ravel() * observed.sum()
+    small = expected < 5
+    obs = np.append(observed[~small], observed[small].sum())
+    exp = np.append(expected[~small], expected[small].sum())
+    if exp[-1] == 0:
+        obs, exp = obs[:-1], exp[:-1]
+    return float(chisquare(obs, exp * obs.sum() / exp.sum()).pvalue)
+
+
+# --- the acceptance step alone, against numpy ---------------------------------------------------------
+
+def test_lossless_identity_numpy():
+    """min(p, q) + (1 − Σ min(p, q))·norm((q − p)+) = q: the output law of accept, computed in numpy."""
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        p, q = rng.dirichlet(np.ones(10) * 0.5), rng.dirichlet(np.ones(10) * 0.5)
+        residual = np.maximum(q - p, 0)
+        out = np.minimum(p, q) + (1 - np.minimum(p, q).sum()) * residual / residual.sum()
+        np.testing.assert_allclose(out, q, atol=1e-12)
+
+
+def test_accept_step_output_law():
+    rng = np.random.default_rng(1)
+    p, q = rng.dirichlet(np.ones(6)), rng.dirichlet(np.ones(6))
+    draft_probs, full_probs = torch.tensor(p, dtype=torch.float32)[None], torch.tensor(np.stack([q, q]),
+                                                                                         dtype=torch.float32)
+    gen = torch.Generator().manual_seed(0)
+    counts = {"good": np.zeros(6), "broken": np.zeros(6)}
+    for _ in range(6000):
+        x = sample(draft_probs[0], gen)
+        for name, rule in (("good", verify.accept), ("broken", broken_accept)):
+            n, token, _ = rule(draft_probs, x, verify.lossless(draft_probs, full_probs), gen)
+            counts[name][int(x) if n == 1 else int(token)] += 1
+    assert chi_square_p(counts["good"], q) > P_PASS
+    assert chi_square_p(counts["broken"], q) < 1e-6
+
+
+def test_top_p_filter_numpy():
+    probs = torch.tensor([[0.05, 0.4, 0.15, 0.3, 0.1]])
+    kept = top_p_filter(probs, 0.7).numpy()[0]  # 0.4 + 0.3 reaches 0.7: keep those two
+    np.testing.assert_allclose(kept, np.array([0, 0.4, 0, 0.3, 0]) / 0.7, rtol=1e-6)
+    assert top_p_filter(probs, 0.01).numpy()[0].tolist() == [0, 1, 0, 0, 0]  # always at least one token
+    greedy = Sampler(0.0).probs(torch.tensor([0.1, 2.0, -1.0]))
+    assert greedy.tolist() == [0.0, 1.0, 0.0]
+
+
+# --- the whole decoder: first two tokens of sampled sd vs the exact verifier law ---------------------
+
+PROMPT = torch.tensor([3, 7, 5, 4])
+
+
+@pytest.fixture(scope="module")
+def pair():
+    """8-token vocabulary; the draft's head is the verifier's rolled by one row: TV(draft, full) ≈ 0.5."""
+    verifier, draft = build_pair("llama", layers=2, vocab=8, head_scale=1.0, seed=3)
+    with torch.no_grad():
+        draft.lm_head.weight.copy_(torch.roll(verifier.lm_head.weight, 1, 0))
+    return verifier, draft
+
+
+def exact_two_tokens(verifier, sampler: Sampler) -> np.ndarray:
+    """P(t1, t2) under the verifier with ``sampler``, from two uncached forwards."""
+    with torch.no_grad():
+        q1 = sampler.probs(verifier(PROMPT[None]).logits[0, -1])
+        continuations = torch.cat([PROMPT.repeat(8, 1), torch.arange(8)[:, None]], dim=1)
+        q2 = sampler.probs(verifier(continuations).logits[:, -1])
+    return (q1[:, None] * q2).double().numpy()
+
+
+def sampled_two_tokens(verifier, draft, config: DecodeConfig, accept=verify.accept) -> np.ndarray:
+    full, proposer = Tier("full", verifier), ModelProposer(Tier("draft", draft))
+    counts = np.zeros((8, 8))
+    for seed in range(RUNS):  # γ alternates 1 and 2: accepted, residual and bonus tokens all occur
+        cfg = DecodeConfig(**{**config.__dict__, "seed": seed, "gamma": 1 + seed % 2, "max_new_tokens": 2})
+        t1, t2 = modes.sd(proposer, full, PROMPT, cfg, accept=accept).tokens
+        counts[t1, t2] += 1
+    return counts
+
+
+@pytest.mark.parametrize("temperature,top_p", [(1.0, 1.0), (0.7, 0.8)])
+def test_sampled_sd_reproduces_verifier(pair, temperature, top_p):
+    verifier, draft = pair
+    config = DecodeConfig(temperature=temperature, top_p=top_p)
+    exact = exact_two_tokens(verifier, config.sampler)
+    counts = sampled_two_tokens(verifier, draft, config)
+    tv = 0.5 * np.abs(counts / RUNS - exact).sum()
+    assert chi_square_p(counts, exact) > P_PASS, tv
+    if temperature == 1.0:  # the deliberately broken rule is caught by the same test
+        broken = sampled_two_tokens(verifier, draft, config, accept=broken_accept)
+        assert chi_square_p(broken, exact) < 1e-6
