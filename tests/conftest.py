@@ -61,3 +61,26 @@ def storage_url(request, tmp_path):
         yield f"sqlite:///{tmp_path / 'dimr.db'}"
     else:
         yield request.getfixturevalue("pg_url")
+
+
+MYSQL_ADMIN = "mysql+pymysql://root@127.0.0.1:3306/test"
+
+
+@pytest.fixture
+def mysql_url():
+    """A fresh MariaDB/MySQL database for one test, dropped afterwards."""
+    import uuid
+
+    import sqlalchemy
+
+    name = f"dimr_test_{uuid.uuid4().hex[:10]}"
+    admin = sqlalchemy.create_engine(MYSQL_ADMIN)
+    try:
+        with admin.connect() as c:
+            c.exec_driver_sql(f"CREATE DATABASE {name}")
+    except Exception as e:  # noqa: BLE001
+        pytest.fail(f"MariaDB is not reachable at 127.0.0.1:3306 ({e}); start it (see README)")
+    yield f"mysql+pymysql://root@127.0.0.1:3306/{name}"
+    with admin.connect() as c:
+        c.exec_driver_sql(f"DROP DATABASE IF EXISTS {name}")
+    admin.dispose()

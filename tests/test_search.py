@@ -191,3 +191,12 @@ def test_small_space_is_exhausted_without_duplicates(tmp_path, setup):
     result, ev = run(url, small, trials=math.comb(8, 1), startup=2)
     assert sorted(t.user_attrs["mask"] for t in complete_trials(url)) == sorted(
         "".join("0" if j == i else "1" for j in range(8)) for i in range(8))
+
+
+def test_resume_on_mysql(mysql_url, setup):
+    """MySQL/MariaDB is the third supported server: the same resume guarantees hold there."""
+    first, _ = run(mysql_url, setup, trials=5, startup=2)
+    second, ev = run(mysql_url, setup, trials=7, startup=2)
+    assert second.complete == 7 and len(ev.scored) == 2
+    masks = [t.user_attrs["mask"] for t in complete_trials(mysql_url)]
+    assert len(set(masks)) == 7
