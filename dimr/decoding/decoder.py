@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel
 
-from dimr.decoding import modes
+from dimr.decoding import modes, verify
 from dimr.decoding.proposer import ModelProposer
 from dimr.decoding.sequence import DecodeConfig, DecodeResult
 from dimr.decoding.tiers import Tier
@@ -80,25 +80,32 @@ class Decoder:
             ids = torch.tensor([bos])
         return ids.to(self.device)
 
-    def run(self, prompt: Tensor, mode: str, config: DecodeConfig) -> DecodeResult:
-        """Decode token ids [L] with ``mode`` (ar | sd | self | via)."""
+    def run(self, prompt: Tensor, mode: str, config: DecodeConfig,
+            targets: verify.TargetsFn = verify.lossless) -> DecodeResult:
+        """Decode token ids [L] with ``mode`` (ar | sd | self | via); ``targets``: the verification rule."""
         if mode not in MODES:
             raise DimrError(f"unknown decoding mode {mode!r}; use one of {', '.join(MODES)}")
         if mode in ("self", "via") and self.slim is None:
             raise DimrError(f"mode {mode!r} needs a slim verifier; pass --slim with an exported slim config")
+        if mode == "ar" and targets is not verify.lossless:
+            raise DimrError("mode 'ar' has no draft to verify; use a relaxed rule with sd, self or via")
+        needs_hidden = bool(getattr(targets, "needs_hidden", False))
+        for tier in (self.full, self.draft, self.slim):
+            if tier is not None:
+                tier.keep_hidden = needs_hidden
         if mode == "ar":
             return modes.ar(self.full, prompt, config)
         if mode == "sd":
-            return modes.sd(ModelProposer(self.draft), self.full, prompt, config)
+            return modes.sd(ModelProposer(self.draft), self.full, prompt, config, targets=targets)
         if mode == "self":
-            return modes.sd(ModelProposer(self.slim), self.full, prompt, config, mode="self")
-        return modes.via(ModelProposer(self.draft), self.slim, self.full, prompt, config)
+            return modes.sd(ModelProposer(self.slim), self.full, prompt, config, mode="self", targets=targets)
+        return modes.via(ModelProposer(self.draft), self.slim, self.full, prompt, config, targets=targets)
 
     def generate(self, prompt: str, mode: str = "via", config: DecodeConfig | None = None,
-                 stop_at_eos: bool = True) -> tuple[str, DecodeResult]:
+                 stop_at_eos: bool = True, targets: verify.TargetsFn = verify.lossless) -> tuple[str, DecodeResult]:
         """Text in, text out (the continuation only)."""
         config = config or DecodeConfig()
         if stop_at_eos and not config.eos_token_ids:
             config = replace(config, eos_token_ids=self.eos_token_ids())
-        result = self.run(self.encode(prompt), mode, config)
+        result = self.run(self.encode(prompt), mode, config, targets)
         return self.tokenizer.decode(result.tokens, skip_special_tokens=True), result

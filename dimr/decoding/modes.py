@@ -36,15 +36,18 @@ def sd(proposer: Proposer, full: Tier, prompt: Tensor, config: DecodeConfig, mod
        targets: verify.TargetsFn = verify.lossless, accept: verify.AcceptFn = verify.accept) -> DecodeResult:
     """Two-tier speculative decoding: the proposer drafts γ tokens, one parallel full forward verifies them.
 
-    Lossless with the default ``targets``. ``self`` mode is this function with the slim verifier as proposer.
+    Lossless with the default ``targets``; a relaxed ``targets`` (``dimr.relaxed``) changes only the three
+    target distributions. ``self`` mode is this function with the slim verifier as proposer.
     """
     out = Output(prompt, config, DecodeStats(mode, config.gamma), [proposer.tier, full])
     generator, sampler = config.generator(prompt.device), config.sampler
     while not out.done:
         ids, gamma = out.ids, min(config.gamma, out.remaining)
-        tokens, draft_probs, _ = proposer.propose(ids, gamma, sampler, generator)
-        full_probs = sampler.probs(full.forward(torch.cat([ids[full.length:], tokens]), keep=gamma + 1))
-        n, token, bonus = accept(draft_probs, tokens, targets(draft_probs, full_probs), generator)
+        tokens, draft_probs, draft_logits = proposer.propose(ids, gamma, sampler, generator)
+        full_logits = full.forward(torch.cat([ids[full.length:], tokens]), keep=gamma + 1)
+        full_probs = sampler.probs(full_logits)
+        context = verify.Context(tokens, draft_logits, full_logits, sampler, proposer.hidden, full.hidden)
+        n, token, bonus = accept(draft_probs, tokens, targets(draft_probs, full_probs, context), generator)
         full.crop(ids.numel() + n)
         proposer.keep(ids.numel() + n)
         out.stats.blocks += 1
@@ -63,6 +66,7 @@ def via(proposer: Proposer, slim: Tier, full: Tier, prompt: Tensor, config: Deco
     verifier gives the drafted token ≥ ``accept``; at the first other token, slim regeneration if draft and
     slim are close and the slim verifier is confident (the block ends there), else escalation: one parallel
     full forward over the pending tokens and standard acceptance with residual sampling from there on.
+    A relaxed ``targets`` applies where the full verifier decides (the escalated part of the block).
     """
     out = Output(prompt, config, DecodeStats("via", config.gamma), [proposer.tier, slim, full])
     generator, sampler, th = config.generator(prompt.device), config.sampler, config.thresholds
@@ -82,8 +86,11 @@ def via(proposer: Proposer, slim: Tier, full: Tier, prompt: Tensor, config: Deco
         if i < gamma and not regen[i]:  # escalate the rest of the block to the full verifier
             full_logits = full.forward(torch.cat([ids[full.length:], tokens]), keep=gamma - i + 1)
             full_probs = sampler.probs(full_logits)
-            pending_probs = draft_probs[i:]
-            n, token, bonus = accept(pending_probs, tokens[i:], targets(pending_probs, full_probs), generator)
+            pending_probs, h_draft = draft_probs[i:], proposer.hidden
+            context = verify.Context(tokens[i:], draft_logits[i:], full_logits, sampler,
+                                     None if h_draft is None else h_draft[i:], full.hidden)
+            n, token, bonus = accept(pending_probs, tokens[i:], targets(pending_probs, full_probs, context),
+                                     generator)
             full.crop(ids.numel() + i + n)
             out.emit(tokens[i:i + n], "accepted")
             out.stats.rejected += out.emit(token, "bonus" if bonus else "escalated") * (not bonus)

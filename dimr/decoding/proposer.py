@@ -33,18 +33,22 @@ class ModelProposer:
 
     def __init__(self, tier: Tier) -> None:
         self.tier = tier
+        self.hidden: Tensor | None = None  # [γ, d]: last hidden states of the last proposal, if tier.keep_hidden
 
     def propose(self, ids: Tensor, gamma: int, sampler: Sampler,
                 generator: torch.Generator | None) -> tuple[Tensor, Tensor, Tensor]:
-        tokens, probs, logits = [], [], []
+        tokens, probs, logits, hidden = [], [], [], []
         pending = ids[self.tier.length:]  # tokens the cache has not seen yet (≥ 1)
         for _ in range(gamma):
             step_logits = self.tier.forward(pending, keep=1)[0]
+            if self.tier.hidden is not None:
+                hidden.append(self.tier.hidden[-1])
             step_probs = sampler.probs(step_logits)
             pending = sample(step_probs, generator)
             tokens.append(pending)
             probs.append(step_probs)
             logits.append(step_logits)
+        self.hidden = torch.stack(hidden) if hidden else None
         return torch.cat(tokens), torch.stack(probs), torch.stack(logits)
 
     def keep(self, length: int) -> None:

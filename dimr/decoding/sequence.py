@@ -11,6 +11,7 @@ from torch import Tensor
 from dimr.decoding.sampling import Sampler
 from dimr.decoding.stats import DecodeStats
 from dimr.decoding.tiers import Tier
+from dimr.errors import DimrError
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,16 @@ class DecodeConfig:
     seed: int = 0
     eos_token_ids: tuple[int, ...] = ()
     thresholds: Thresholds = Thresholds()
+
+    def __post_init__(self) -> None:
+        problems = [msg for bad, msg in (
+            (self.gamma < 1, f"gamma {self.gamma} must be at least 1"),
+            (self.max_new_tokens < 0, f"max_new_tokens {self.max_new_tokens} must not be negative"),
+            (self.temperature < 0, f"temperature {self.temperature} must be 0 (greedy) or positive"),
+            (not 0 < self.top_p <= 1, f"top_p {self.top_p} must be in (0, 1]"),
+        ) if bad]
+        if problems:
+            raise DimrError("; ".join(problems) + "; fix the decoding options")
 
     @property
     def sampler(self) -> Sampler:

@@ -26,6 +26,8 @@ class Tier:
     length: int = field(init=False, default=0)
     calls: int = field(init=False, default=0)
     seconds: float = field(init=False, default=0.0)
+    keep_hidden: bool = False  # also keep the last hidden states of each forward (relaxed rules, issue 7)
+    hidden: Tensor | None = field(init=False, default=None)  # [keep, d] after the final norm, if keep_hidden
 
     def __post_init__(self) -> None:
         self.reset()
@@ -43,8 +45,9 @@ class Tier:
         n = input_ids.numel()
         positions = torch.arange(self.length, self.length + n, device=input_ids.device)[None]
         out = self.model(input_ids=input_ids[None], position_ids=positions, cache=self.cache, use_cache=True,
-                         logits_to_keep=keep)
+                         logits_to_keep=keep, output_hidden_states=self.keep_hidden or None)
         self.length += n
+        self.hidden = out.hidden_states[-1][0, -keep:] if self.keep_hidden else None
         logits = out.logits[0]
         if logits.device.type == "cuda":
             torch.cuda.synchronize(logits.device)

@@ -14,7 +14,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from dimr.decoding.sampling import sample
+from dimr.decoding.sampling import Sampler, sample
 
 
 class Targets(NamedTuple):
@@ -25,11 +25,28 @@ class Targets(NamedTuple):
     bonus: Tensor
 
 
-TargetsFn = Callable[[Tensor, Tensor], Targets]
-"""(draft_probs [n, V], full_probs [n + 1, V]) → Targets."""
+class Context(NamedTuple):
+    """What a relaxed rule may look at beyond the two distributions (issue 7), all for the same n positions.
+
+    ``tokens`` [n] are the drafted tokens; ``draft_logits`` [n, V] and ``full_logits`` [n + 1, V] the raw
+    logits (before the sampler); ``sampler`` made ``draft_probs``/``full_probs`` from them; ``h_draft``
+    [n, d] and ``h_full`` [n + 1, d] are the last hidden states (after the final norm), present only when
+    the rule has ``needs_hidden = True`` (they cost an extra output per forward).
+    """
+
+    tokens: Tensor
+    draft_logits: Tensor
+    full_logits: Tensor
+    sampler: Sampler
+    h_draft: Tensor | None = None
+    h_full: Tensor | None = None
 
 
-def lossless(draft_probs: Tensor, full_probs: Tensor) -> Targets:
+TargetsFn = Callable[[Tensor, Tensor, "Context | None"], Targets]
+"""(draft_probs [n, V], full_probs [n + 1, V], context) → Targets. ``needs_hidden`` attribute: see Context."""
+
+
+def lossless(draft_probs: Tensor, full_probs: Tensor, context: Context | None = None) -> Targets:
     """π_rej = π_res = π_bonus = full: the output distribution is exactly the full verifier's."""
     return Targets(full_probs[:-1], full_probs[:-1], full_probs[-1])
 

@@ -1,0 +1,157 @@
+"""CLI commands of the decoding side: decode, bench-decode. Thin: parse, call `dimr.decoding`, print."""
+
+from __future__ import annotations
+
+import json
+from enum import Enum
+from pathlib import Path
+
+import typer
+
+from dimr.cli import console
+from dimr.errors import DimrError
+
+
+class Mode(str, Enum):
+    ar = "ar"
+    sd = "sd"
+    self_ = "self"
+    via = "via"
+
+
+PAIRS_FILE_HELP = "TOML file with extra pairs (default: $DIMR_PAIRS or ~/.config/dimr/pairs.toml)"
+def _read_prompts(prompt: str | None, prompts: Path | None) -> list[str]:
+    if (prompt is None) == (prompts is None):
+        raise DimrError("pass exactly one of --prompt TEXT or --prompts FILE.jsonl")
+    if prompt is not None:
+        return [prompt]
+    if not prompts.is_file():
+        raise DimrError(f"prompts file {prompts} does not exist; pass a JSONL file")
+    out = []
+    for n, line in enumerate(prompts.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError:
+            raise DimrError(f"{prompts} line {n} is not JSON; write one JSON object or string per line") from None
+        text = item if isinstance(item, str) else (item.get("prompt") or item.get("text")
+                                                    if isinstance(item, dict) else None)
+        if not isinstance(text, str):
+            raise DimrError(f"{prompts} line {n} has no \"prompt\" (or \"text\") string; add one")
+        out.append(text)
+    if not out:
+        raise DimrError(f"prompts file {prompts} holds no prompt; add one JSON line per prompt")
+    return out
+
+
+def _config(max_new_tokens, gamma, temperature, top_p, seed, accept, close, regen):
+    from dimr.decoding import DecodeConfig, Thresholds
+
+    return DecodeConfig(max_new_tokens=max_new_tokens, gamma=gamma, temperature=temperature, top_p=top_p,
+                        seed=seed, thresholds=Thresholds(accept=accept, close=close, regen=regen))
+
+
+def _set_threads(threads: int | None) -> None:
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+
+
+# Options shared by both commands (typer reads them from the signatures).
+PAIR = typer.Option(..., "--pair", help="model pair (see `dimr pairs`)")
+SLIM = typer.Option(None, "--slim", help="slim config JSON from `dimr export` (needed by self and via)")
+MAX_NEW = typer.Option(64, "--max-new-tokens", help="tokens to generate per prompt")
+GAMMA = typer.Option(4, "--gamma", help="drafted tokens per block")
+TEMP = typer.Option(0.0, "--temperature", help="0 = greedy")
+TOP_P = typer.Option(1.0, "--top-p", help="nucleus sampling mass (with --temperature > 0)")
+SEED = typer.Option(0, "--seed", help="sampling seed")
+ACCEPT = typer.Option(0.9, "--accept-threshold", help="via: slim probability of the drafted token for direct accept")
+CLOSE = typer.Option(0.5, "--close-threshold", help="via: min 1 - TV(draft, slim) for slim regeneration")
+REGEN = typer.Option(0.8, "--regen-threshold", help="via: min slim top probability for slim regeneration")
+DEVICE = typer.Option(None, "--device", help="cpu, cuda, cuda:1... (default: cuda if available)")
+THREADS = typer.Option(None, "--threads", help="torch intra-op threads (default: torch's)")
+PAIRS_FILE = typer.Option(None, "--pairs-file", help=PAIRS_FILE_HELP)
+
+
+def decode(pair: str = PAIR, slim: Path = SLIM,
+           mode: Mode = typer.Option(Mode.via, "--mode", help="ar | sd | self | via"),
+           prompt: str = typer.Option(None, "--prompt", help="one prompt"),
+           prompts: Path = typer.Option(None, "--prompts", help="JSONL file: {\"prompt\": ...} per line"),
+           max_new_tokens: int = MAX_NEW, gamma: int = GAMMA, temperature: float = TEMP, top_p: float = TOP_P,
+           seed: int = SEED, accept_threshold: float = ACCEPT, close_threshold: float = CLOSE,
+           regen_threshold: float = REGEN,
+           ignore_eos: bool = typer.Option(False, "--ignore-eos", help="do not stop at the EOS token"),
+           stats: bool = typer.Option(False, "--stats", help="print decoding statistics"),
+           as_json: bool = typer.Option(False, "--json", help="print JSON (text, tokens, stats)"),
+           device: str = DEVICE, threads: int = THREADS, pairs_file: Path = PAIRS_FILE) -> None:
+    """Generate a continuation of each prompt with the three-tier decoder (or a baseline mode)."""
+    from dataclasses import replace
+
+    from dimr.decoding import Decoder
+
+    texts = _read_prompts(prompt, prompts)
+    config = _config(max_new_tokens, gamma, temperature, top_p, seed, accept_threshold, close_threshold,
+                     regen_threshold)
+    if mode.value in ("self", "via") and slim is None:
+        raise DimrError(f"mode {mode.value} needs a slim verifier; pass --slim slim.json (from `dimr export`)")
+    _set_threads(threads)
+    decoder = Decoder.load(pair, slim=slim, device=device, pairs_file=pairs_file)
+    if not ignore_eos:
+        config = replace(config, eos_token_ids=decoder.eos_token_ids())
+    results = []
+    for text in texts:
+        result = decoder.run(decoder.encode(text), mode.value, config)
+        out = decoder.tokenizer.decode(result.tokens, skip_special_tokens=True)
+        results.append({"prompt": text, "text": out, "tokens": result.tokens, "stats": result.stats.to_dict()})
+        if not as_json:
+            console.print(out, markup=False, highlight=False, soft_wrap=True)
+            if stats:
+                console.print("\n".join(result.stats.lines()), markup=False, highlight=False)
+    if as_json:
+        console.print_json(json.dumps(results if prompts is not None else results[0]))
+
+
+def bench_decode(pair: str = PAIR, slim: Path = SLIM,
+                 modes: str = typer.Option("ar,sd,self,via", "--modes", help="comma-separated modes"),
+                 prompts: Path = typer.Option(None, "--prompts", help="JSONL prompt set (default: built-in)"),
+                 max_new_tokens: int = MAX_NEW, gamma: int = GAMMA, temperature: float = TEMP,
+                 top_p: float = TOP_P, seed: int = SEED, accept_threshold: float = ACCEPT,
+                 close_threshold: float = CLOSE, regen_threshold: float = REGEN,
+                 hf: bool = typer.Option(True, "--hf/--no-hf", help="include transformers' assisted generation"),
+                 ignore_eos: bool = typer.Option(True, "--ignore-eos/--stop-at-eos",
+                                                 help="generate max-new-tokens for every prompt and mode"),
+                 as_json: bool = typer.Option(False, "--json", help="print JSON"),
+                 device: str = DEVICE, threads: int = THREADS, pairs_file: Path = PAIRS_FILE) -> None:
+    """Benchmark all modes side by side on one prompt set, with HF assisted generation as a peer."""
+    from dataclasses import replace
+
+    from dimr.decoding import MODES, Decoder
+    from dimr.decoding.bench import DEFAULT_PROMPTS, format_table, run_bench
+
+    wanted = [m.strip() for m in modes.split(",") if m.strip()]
+    unknown = [m for m in wanted if m not in MODES]
+    if unknown:
+        raise DimrError(f"unknown mode(s) {', '.join(unknown)}; use some of {', '.join(MODES)}")
+    if slim is None and any(m in ("self", "via") for m in wanted):
+        raise DimrError("modes self and via need a slim verifier; pass --slim slim.json or --modes ar,sd")
+    texts = _read_prompts(None, prompts) if prompts is not None else list(DEFAULT_PROMPTS)
+    config = _config(max_new_tokens, gamma, temperature, top_p, seed, accept_threshold, close_threshold,
+                     regen_threshold)
+    _set_threads(threads)
+    decoder = Decoder.load(pair, slim=slim, device=device, pairs_file=pairs_file)
+    if not ignore_eos:
+        config = replace(config, eos_token_ids=decoder.eos_token_ids())
+    report = run_bench(decoder, texts, wanted, config, hf=hf)
+    if as_json:
+        rows = [{"mode": r.mode, "speedup": r.speedup, "predicted_speedup": r.predicted, "nll": r.nll,
+                 "same_as_ar": r.same_as_ar, **r.stats.to_dict()} for r in report.rows]
+        console.print_json(json.dumps({"rows": rows, "c_rel": report.c_rel, "prompts": report.prompts}))
+        return
+    console.print(format_table(report), markup=False, highlight=False, soft_wrap=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("decode")(decode)
+    app.command("bench-decode")(bench_decode)

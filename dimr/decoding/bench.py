@@ -1,0 +1,177 @@
+"""Side-by-side decoding benchmark: every mode on one prompt set, plus transformers' assisted generation.
+
+``dimr bench-decode`` and ``benchmarks/bench_decode.py`` both call :func:`run_bench` and print
+:func:`format_table`. Per row: tokens/s and speed-up over ``ar``; the survey's predicted speed-up
+S ≈ (l_accept + 1) / (1 + γ·c_rel) next to it, generalised to three tiers as tokens / Σ_tier calls·c_tier
+with c_tier = a tier's mean forward time / the full verifier's mean forward time in ``ar`` (for ``sd`` this is
+exactly the survey's formula); mean accepted length, rejection rate, forward calls per token per tier,
+output length, quality (mean NLL of the output under the full verifier at temperature 1; lower is better,
+and for greedy decoding, how many outputs equal ``ar``'s) and the time spent in each tier.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+
+import torch
+
+from dimr.decoding.decoder import Decoder
+from dimr.decoding.sequence import DecodeConfig
+from dimr.decoding.stats import TIERS, DecodeStats
+
+HF = "hf-assisted"
+
+DEFAULT_PROMPTS = (
+    "def fibonacci(n):\n",
+    "import os\n\n\ndef list_files(path):\n",
+    "class Stack:\n    def __init__(self):\n",
+    "def is_prime(n):\n    \"\"\"Return True if n is prime.\"\"\"\n",
+    "def read_json(path):\n",
+    "for i in range(10):\n",
+    "def merge_sort(items):\n",
+    "def word_count(text):\n",
+)
+
+
+@dataclass
+class BenchRow:
+    mode: str
+    stats: DecodeStats
+    outputs: list[list[int]] = field(default_factory=list)
+    nll: float = float("nan")
+    same_as_ar: int | None = None
+    speedup: float = float("nan")
+    predicted: float = float("nan")
+
+
+@dataclass
+class BenchReport:
+    rows: list[BenchRow]
+    config: DecodeConfig
+    prompts: int
+    c_rel: dict[str, float]
+
+
+def _hf_assisted(decoder: Decoder, prompt: torch.Tensor, config: DecodeConfig) -> tuple[list[int], DecodeStats]:
+    """transformers' own assisted generation (its default candidate schedule), with forward calls counted."""
+    stats = DecodeStats(HF, config.gamma)
+    hooks, started = [], {}
+    for name, tier in (("full", decoder.full), ("draft", decoder.draft)):
+        def pre(_m, _a, name=name):
+            started[name] = time.perf_counter()
+
+        def post(_m, _a, _o, name=name):
+            stats.calls[name] += 1
+            stats.seconds[name] += time.perf_counter() - started[name]
+
+        hooks += [tier.model.register_forward_pre_hook(pre), tier.model.register_forward_hook(post)]
+    sample = config.temperature > 0
+    kwargs = dict(do_sample=sample, temperature=config.temperature if sample else None,
+                  top_p=config.top_p if sample else None, top_k=None)
+    eos = list(config.eos_token_ids) or None
+    try:
+        torch.manual_seed(config.seed)
+        t0 = time.perf_counter()
+        out = decoder.full.model.generate(prompt[None], assistant_model=decoder.draft.model,
+                                          max_new_tokens=config.max_new_tokens, eos_token_id=eos,
+                                          pad_token_id=eos[0] if eos else None, **kwargs)
+        stats.wall_seconds = time.perf_counter() - t0
+    finally:
+        for h in hooks:
+            h.remove()
+    tokens = out[0, prompt.numel():].tolist()
+    stats.tokens = len(tokens)
+    return tokens, stats
+
+
+@torch.inference_mode()
+def output_nll(decoder: Decoder, prompt: torch.Tensor, tokens: list[int]) -> tuple[float, int]:
+    """Summed negative log-likelihood of ``tokens`` after ``prompt`` under the full verifier, and the count."""
+    if not tokens:
+        return 0.0, 0
+    ids = torch.cat([prompt, torch.tensor(tokens, device=prompt.device)])
+    logits = decoder.full.model(ids[None]).logits[0, prompt.numel() - 1:-1].float()
+    nll = torch.nn.functional.cross_entropy(logits, ids[prompt.numel():], reduction="sum")
+    return float(nll), len(tokens)
+
+
+def run_bench(decoder: Decoder, prompts: list[str], modes: list[str], config: DecodeConfig,
+              hf: bool = True, warmup: bool = True) -> BenchReport:
+    """Decode every prompt with every mode (``ar`` first), then the assisted-generation peer."""
+    modes = ["ar"] + [m for m in modes if m != "ar"]
+    encoded = [decoder.encode(p) for p in prompts]
+    rows = []
+    for mode in modes + ([HF] if hf else []):
+        if warmup:  # first-call allocations and lazy initialisation are not part of the measurement
+            _decode(decoder, mode, encoded[0], replace(config, max_new_tokens=min(8, config.max_new_tokens)))
+        row = BenchRow(mode, DecodeStats(mode, 0 if mode == "ar" else config.gamma))
+        for ids in encoded:
+            tokens, stats = _decode(decoder, mode, ids, config)
+            row.stats, row.outputs = row.stats.merge(stats), row.outputs + [tokens]
+        rows.append(row)
+    _score(decoder, rows, encoded, config)
+    ar = rows[0].stats
+    full_call = ar.seconds["full"] / max(ar.calls["full"], 1)
+    c_rel = {"full": 1.0}
+    for tier in ("draft", "slim"):
+        calls = sum(r.stats.calls[tier] for r in rows if r.mode != HF)
+        seconds = sum(r.stats.seconds[tier] for r in rows if r.mode != HF)
+        c_rel[tier] = seconds / calls / full_call if calls and full_call else float("nan")
+    for row in rows:
+        s = row.stats
+        row.speedup = s.tokens_per_second / ar.tokens_per_second if ar.tokens_per_second else float("nan")
+        cost = sum(s.calls[t] * c_rel[t] for t in TIERS if s.calls[t])
+        row.predicted = s.tokens / cost if cost else float("nan")
+    return BenchReport(rows, config, len(prompts), c_rel)
+
+
+def _decode(decoder: Decoder, mode: str, ids: torch.Tensor, config: DecodeConfig) -> tuple[list[int], DecodeStats]:
+    if mode == HF:
+        return _hf_assisted(decoder, ids, config)
+    result = decoder.run(ids, mode, config)
+    return result.tokens, result.stats
+
+
+def _score(decoder: Decoder, rows: list[BenchRow], encoded: list[torch.Tensor], config: DecodeConfig) -> None:
+    for row in rows:
+        total, count = 0.0, 0
+        for ids, tokens in zip(encoded, row.outputs, strict=True):
+            nll, n = output_nll(decoder, ids, tokens)
+            total, count = total + nll, count + n
+        row.nll = total / count if count else float("nan")
+        if config.temperature == 0:
+            row.same_as_ar = sum(a == b for a, b in zip(row.outputs, rows[0].outputs, strict=True))
+
+
+COLUMNS = ("mode", "tok/s", "speed-up", "predicted S", "mean acc. len", "rej. rate", "full/tok", "slim/tok",
+           "draft/tok", "out len", "NLL", "= ar", "t draft s", "t slim s", "t full s")
+
+
+def table_rows(report: BenchReport) -> list[list[str]]:
+    out = []
+    for r in report.rows:
+        s = r.stats
+        sd_like = r.mode != "ar"
+        acc_len = s.tokens / s.calls["full"] - 1 if r.mode == HF and s.calls["full"] else s.mean_accepted_length
+        out.append([
+            r.mode, f"{s.tokens_per_second:.1f}", f"{r.speedup:.2f}x", f"{r.predicted:.2f}x",
+            f"{acc_len:.2f}" if sd_like else "-", f"{s.rejection_rate:.3f}" if sd_like and r.mode != HF else "-",
+            *(f"{s.calls_per_token(t):.3f}" for t in ("full", "slim", "draft")),
+            f"{s.tokens / report.prompts:.1f}", f"{r.nll:.3f}",
+            "-" if r.same_as_ar is None else f"{r.same_as_ar}/{report.prompts}",
+            *(f"{s.seconds[t]:.2f}" for t in TIERS),
+        ])
+    return out
+
+
+def format_table(report: BenchReport) -> str:
+    """A markdown table (the README's format) plus one line with the measured relative costs."""
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(row) + " |" for row in table_rows(report)]
+    c = report.c_rel
+    cfg = report.config
+    lines.append(f"\nc_rel (mean forward time / full verifier's in ar): draft {c['draft']:.3f}, slim {c['slim']:.3f}; "
+                 f"{report.prompts} prompts, max {cfg.max_new_tokens} new tokens, gamma {cfg.gamma}, "
+                 f"temperature {cfg.temperature}, top-p {cfg.top_p}, thresholds {cfg.thresholds}")
+    return "\n".join(lines)
