@@ -52,7 +52,11 @@ def _config(max_new_tokens, gamma, temperature, top_p, seed, accept, close, rege
                         seed=seed, thresholds=Thresholds(accept=accept, close=close, regen=regen))
 
 
-def _set_threads(threads: int | None) -> None:
+def _prepare(threads: int | None) -> None:
+    """Quiet loading (errors must stay one line) and the requested number of torch threads."""
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()
     if threads:
         import torch
 
@@ -96,7 +100,7 @@ def decode(pair: str = PAIR, slim: Path = SLIM,
                      regen_threshold)
     if mode.value in ("self", "via") and slim is None:
         raise DimrError(f"mode {mode.value} needs a slim verifier; pass --slim slim.json (from `dimr export`)")
-    _set_threads(threads)
+    _prepare(threads)
     decoder = Decoder.load(pair, slim=slim, device=device, pairs_file=pairs_file)
     if not ignore_eos:
         config = replace(config, eos_token_ids=decoder.eos_token_ids())
@@ -139,7 +143,7 @@ def bench_decode(pair: str = PAIR, slim: Path = SLIM,
     texts = _read_prompts(None, prompts) if prompts is not None else list(DEFAULT_PROMPTS)
     config = _config(max_new_tokens, gamma, temperature, top_p, seed, accept_threshold, close_threshold,
                      regen_threshold)
-    _set_threads(threads)
+    _prepare(threads)
     decoder = Decoder.load(pair, slim=slim, device=device, pairs_file=pairs_file)
     if not ignore_eos:
         config = replace(config, eos_token_ids=decoder.eos_token_ids())

@@ -1,0 +1,120 @@
+"""`dimr decode` and `dimr bench-decode` through `dimr.cli.main`, on the tiny-random pair."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import replace
+
+import pytest
+import torch
+
+from dimr.cli import main
+from dimr.decoding import DecodeConfig, Thresholds
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def slim_json(tiny_pair, tmp_path_factory):
+    from dimr.export import make_slim_config
+    from dimr.pairs import load_model
+
+    verifier = load_model(tiny_pair, "verifier", "cpu")
+    cfg = make_slim_config(verifier, (True, True, False, True, True, False, True, True), pair="tiny-random",
+                           verifier_id=tiny_pair.verifier, cost="kl", metrics={"cost": 0.1},
+                           calibration="test", calibration_hash="0")
+    good = cfg.save(tmp_path_factory.mktemp("slim") / "slim.json")
+    bad = replace(cfg, fingerprint="0" * len(cfg.fingerprint)).save(good.parent / "other.json")
+    return good, bad
+
+
+def run_cli(args: list[str], capsys) -> tuple[int, str, str]:
+    try:
+        main(args)
+        code = 0
+    except SystemExit as e:
+        code = e.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_fingerprint_mismatch_is_one_line_exit_2(slim_json, capsys):
+    _, bad = slim_json
+    code, out, err = run_cli(["decode", "--pair", "tiny-random", "--slim", str(bad), "--prompt", "x"], capsys)
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith("error: ") and "was made for verifier" in err
+    assert "Traceback" not in out + err
+
+
+def test_user_errors_exit_2(slim_json, capsys):
+    good, _ = slim_json
+    for args in (["decode", "--pair", "tiny-random", "--mode", "via", "--prompt", "x"],  # no --slim
+                 ["decode", "--pair", "tiny-random", "--mode", "ar", "--prompt", "x", "--gamma", "0"],
+                 ["decode", "--pair", "tiny-random", "--mode", "ar"],  # no prompt
+                 ["bench-decode", "--pair", "tiny-random", "--modes", "ar,fast"]):
+        code, _, err = run_cli(args, capsys)
+        assert code == 2 and err.startswith("error: ") and err.count("\n") == 1, (args, err)
+
+
+def test_decode_json_matches_python_api(slim_json, capsys, tmp_path):
+    from dimr.decoding import Decoder
+
+    good, _ = slim_json
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"prompt": "def f(x):"}) + "\n" + json.dumps("import os") + "\n")
+    code, out, _ = run_cli(["decode", "--pair", "tiny-random", "--slim", str(good), "--mode", "via",
+                            "--prompts", str(prompts), "--max-new-tokens", "12", "--ignore-eos", "--json",
+                            "--accept-threshold", "0.3"], capsys)
+    assert code == 0
+    results = json.loads(out)
+    assert [r["prompt"] for r in results] == ["def f(x):", "import os"]
+    dec = Decoder.load("tiny-random", slim=good, device="cpu")
+    config = DecodeConfig(max_new_tokens=12, thresholds=Thresholds(accept=0.3))
+    for r in results:
+        api = dec.run(dec.encode(r["prompt"]), "via", config)
+        assert r["tokens"] == api.tokens
+        s = r["stats"]
+        assert s["accepted"] + s["regenerated"] + s["escalated"] + s["bonus"] == s["tokens"] == 12
+
+
+def test_cli_threshold_defaults_match_library():
+    import inspect
+
+    from dimr import cli_decode
+
+    params = inspect.signature(cli_decode.decode).parameters
+    assert params["accept_threshold"].default.default == Thresholds().accept
+    assert params["close_threshold"].default.default == Thresholds().close
+    assert params["regen_threshold"].default.default == Thresholds().regen
+    assert params["gamma"].default.default == DecodeConfig().gamma
+
+
+def test_bench_decode_table(slim_json, capsys):
+    good, _ = slim_json
+    code, out, err = run_cli(["bench-decode", "--pair", "tiny-random", "--slim", str(good), "--modes",
+                              "ar,sd,self,via", "--max-new-tokens", "6", "--prompts", str(_one_prompt())],
+                             capsys)
+    assert code == 0, err
+    rows = {line.split("|")[1].strip() for line in out.splitlines() if line.startswith("| ")}
+    assert {"ar", "sd", "self", "via", "hf-assisted"} <= rows
+    assert "c_rel" in out
+
+
+def _one_prompt():
+    import tempfile
+    from pathlib import Path
+
+    path = Path(tempfile.mkdtemp()) / "prompts.jsonl"
+    path.write_text(json.dumps({"text": "print(1)"}) + "\n")
+    return path
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__]))
