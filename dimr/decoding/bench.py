@@ -42,6 +42,7 @@ class BenchRow:
     nll: float = float("nan")
     same_as_ar: int | None = None
     speedup: float = float("nan")
+    speedup_cpu: float = float("nan")
     predicted: float = float("nan")
 
 
@@ -59,11 +60,12 @@ def _hf_assisted(decoder: Decoder, prompt: torch.Tensor, config: DecodeConfig) -
     hooks, started = [], {}
     for name, tier in (("full", decoder.full), ("draft", decoder.draft)):
         def pre(_m, _a, name=name):
-            started[name] = time.perf_counter()
+            started[name] = time.perf_counter(), time.process_time()
 
         def post(_m, _a, _o, name=name):
             stats.calls[name] += 1
-            stats.seconds[name] += time.perf_counter() - started[name]
+            stats.seconds[name] += time.perf_counter() - started[name][0]
+            stats.cpu_seconds_tier[name] += time.process_time() - started[name][1]
 
         hooks += [tier.model.register_forward_pre_hook(pre), tier.model.register_forward_hook(post)]
     sample = config.temperature > 0
@@ -72,11 +74,12 @@ def _hf_assisted(decoder: Decoder, prompt: torch.Tensor, config: DecodeConfig) -
     eos = list(config.eos_token_ids) or None
     try:
         torch.manual_seed(config.seed)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         out = decoder.full.model.generate(prompt[None], assistant_model=decoder.draft.model,
                                           max_new_tokens=config.max_new_tokens, eos_token_id=eos,
                                           pad_token_id=eos[0] if eos else None, **kwargs)
         stats.wall_seconds = time.perf_counter() - t0
+        stats.cpu_seconds = time.process_time() - c0
     finally:
         for h in hooks:
             h.remove()
@@ -112,15 +115,17 @@ def run_bench(decoder: Decoder, prompts: list[str], modes: list[str], config: De
         rows.append(row)
     _score(decoder, rows, encoded, config)
     ar = rows[0].stats
-    full_call = ar.seconds["full"] / max(ar.calls["full"], 1)
+    full_call = ar.cpu_seconds_tier["full"] / max(ar.calls["full"], 1)
     c_rel = {"full": 1.0}
     for tier in ("draft", "slim"):
         calls = sum(r.stats.calls[tier] for r in rows if r.mode != HF)
-        seconds = sum(r.stats.seconds[tier] for r in rows if r.mode != HF)
+        seconds = sum(r.stats.cpu_seconds_tier[tier] for r in rows if r.mode != HF)
         c_rel[tier] = seconds / calls / full_call if calls and full_call else float("nan")
     for row in rows:
         s = row.stats
         row.speedup = s.tokens_per_second / ar.tokens_per_second if ar.tokens_per_second else float("nan")
+        row.speedup_cpu = (s.tokens_per_cpu_second / ar.tokens_per_cpu_second if ar.tokens_per_cpu_second
+                           else float("nan"))
         cost = sum(s.calls[t] * c_rel[t] for t in TIERS if s.calls[t])
         row.predicted = s.tokens / cost if cost else float("nan")
     return BenchReport(rows, config, len(prompts), c_rel)
@@ -144,8 +149,9 @@ def _score(decoder: Decoder, rows: list[BenchRow], encoded: list[torch.Tensor], 
             row.same_as_ar = sum(a == b for a, b in zip(row.outputs, rows[0].outputs, strict=True))
 
 
-COLUMNS = ("mode", "tok/s", "speed-up", "predicted S", "mean acc. len", "rej. rate", "full/tok", "slim/tok",
-           "draft/tok", "out len", "NLL", "= ar", "t draft s", "t slim s", "t full s")
+COLUMNS = ("mode", "tok/s", "speed-up", "tok/cpu-s", "speed-up cpu", "predicted S", "mean acc. len",
+           "rej. rate", "full/tok", "slim/tok", "draft/tok", "out len", "NLL", "= ar", "cpu s draft", "cpu s slim",
+           "cpu s full")
 
 
 def table_rows(report: BenchReport) -> list[list[str]]:
@@ -155,12 +161,13 @@ def table_rows(report: BenchReport) -> list[list[str]]:
         sd_like = r.mode != "ar"
         acc_len = s.tokens / s.calls["full"] - 1 if r.mode == HF and s.calls["full"] else s.mean_accepted_length
         out.append([
-            r.mode, f"{s.tokens_per_second:.1f}", f"{r.speedup:.2f}x", f"{r.predicted:.2f}x",
+            r.mode, f"{s.tokens_per_second:.1f}", f"{r.speedup:.2f}x", f"{s.tokens_per_cpu_second:.1f}",
+            f"{r.speedup_cpu:.2f}x", f"{r.predicted:.2f}x",
             f"{acc_len:.2f}" if sd_like else "-", f"{s.rejection_rate:.3f}" if sd_like and r.mode != HF else "-",
             *(f"{s.calls_per_token(t):.3f}" for t in ("full", "slim", "draft")),
             f"{s.tokens / report.prompts:.1f}", f"{r.nll:.3f}",
             "-" if r.same_as_ar is None else f"{r.same_as_ar}/{report.prompts}",
-            *(f"{s.seconds[t]:.2f}" for t in TIERS),
+            *(f"{s.cpu_seconds_tier[t]:.2f}" for t in TIERS),
         ])
     return out
 
@@ -171,7 +178,43 @@ def format_table(report: BenchReport) -> str:
     lines += ["| " + " | ".join(row) + " |" for row in table_rows(report)]
     c = report.c_rel
     cfg = report.config
-    lines.append(f"\nc_rel (mean forward time / full verifier's in ar): draft {c['draft']:.3f}, slim {c['slim']:.3f}; "
+    lines.append(f"\nc_rel (mean forward CPU time / the full verifier's in ar): draft {c['draft']:.3f}, "
+                 f"slim {c['slim']:.3f}; "
                  f"{report.prompts} prompts, max {cfg.max_new_tokens} new tokens, gamma {cfg.gamma}, "
                  f"temperature {cfg.temperature}, top-p {cfg.top_p}, thresholds {cfg.thresholds}")
     return "\n".join(lines)
+
+
+def sweep_thresholds(decoder: Decoder, prompts: list[str], config: DecodeConfig,
+                     grid: list[tuple[float, float, float]]) -> tuple[BenchReport, list[dict]]:
+    """``via`` at every (accept, close, regen) of ``grid`` against ``ar`` and ``sd`` on the same prompts.
+
+    Returns the baseline report and one dict per grid point: measured and predicted speed-up over ``sd``,
+    full-verifier calls per token, NLL under the full verifier and outputs equal to ``ar``'s (greedy).
+    """
+    from dimr.decoding.sequence import Thresholds
+
+    base = run_bench(decoder, prompts, ["sd"], config, hf=False)
+    ar_row, sd_row = base.rows
+    encoded = [decoder.encode(p) for p in prompts]
+    points = []
+    for accept, close, regen in grid:
+        cfg = replace(config, thresholds=Thresholds(accept, close, regen))
+        row = BenchRow("via", DecodeStats("via", config.gamma))
+        for ids in encoded:
+            tokens, stats = _decode(decoder, "via", ids, cfg)
+            row.stats, row.outputs = row.stats.merge(stats), row.outputs + [tokens]
+        _score(decoder, [ar_row, row], encoded, cfg)
+        s = row.stats
+        full_call = ar_row.stats.cpu_seconds_tier["full"] / ar_row.stats.calls["full"]
+        c_rel = {**base.c_rel, "slim": s.cpu_seconds_tier["slim"] / max(s.calls["slim"], 1) / full_call}
+        cost = sum(s.calls[t] * c_rel[t] for t in TIERS if s.calls[t])
+        points.append(dict(
+            accept=accept, close=close, regen=regen,
+            speedup_vs_sd=s.tokens_per_second / sd_row.stats.tokens_per_second,
+            cpu_speedup_vs_sd=s.tokens_per_cpu_second / sd_row.stats.tokens_per_cpu_second,
+            predicted_vs_sd=(s.tokens / cost) / sd_row.predicted if cost else float("nan"),
+            full_per_token=s.calls_per_token("full"), direct=s.accepted_direct / max(s.tokens, 1),
+            regenerated=s.regenerated / max(s.tokens, 1), nll=row.nll, sd_nll=sd_row.nll,
+            same_as_ar=row.same_as_ar))
+    return base, points

@@ -86,7 +86,7 @@ class Output:
         self.done = config.max_new_tokens <= 0
         for tier in tiers:
             tier.reset()
-        self.t0 = time.perf_counter()
+        self.t0, self.c0 = time.perf_counter(), time.process_time()
 
     @property
     def remaining(self) -> int:
@@ -113,8 +113,10 @@ class Output:
 
     def result(self) -> DecodeResult:
         self.stats.wall_seconds = time.perf_counter() - self.t0
+        self.stats.cpu_seconds = time.process_time() - self.c0
         self.stats.tokens = len(self.new)
         for tier in self.tiers:
             self.stats.calls[tier.name] += tier.calls
             self.stats.seconds[tier.name] += tier.seconds
+            self.stats.cpu_seconds_tier[tier.name] += tier.cpu_seconds
         return DecodeResult(self.new, self.stats)

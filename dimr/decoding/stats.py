@@ -37,11 +37,18 @@ class DecodeStats:
     bonus: int = 0
     calls: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TIERS, 0))
     seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(TIERS, 0.0))
+    cpu_seconds_tier: dict[str, float] = field(default_factory=lambda: dict.fromkeys(TIERS, 0.0))
     wall_seconds: float = 0.0
+    cpu_seconds: float = 0.0
 
     @property
     def tokens_per_second(self) -> float:
         return self.tokens / self.wall_seconds if self.wall_seconds > 0 else 0.0
+
+    @property
+    def tokens_per_cpu_second(self) -> float:
+        """Tokens per second of this process's CPU time: steadier than wall time on a shared machine."""
+        return self.tokens / self.cpu_seconds if self.cpu_seconds > 0 else 0.0
 
     @property
     def mean_accepted_length(self) -> float:
@@ -59,15 +66,17 @@ class DecodeStats:
         """Sum of two runs of the same mode (e.g. over a prompt set)."""
         out = DecodeStats(self.mode, max(self.gamma, other.gamma))
         for name in ("tokens", "blocks", "drafted", "accepted", "accepted_direct", "rejected", "regenerated",
-                     "escalated", "bonus", "wall_seconds"):
+                     "escalated", "bonus", "wall_seconds", "cpu_seconds"):
             setattr(out, name, getattr(self, name) + getattr(other, name))
         out.calls = {t: self.calls[t] + other.calls[t] for t in TIERS}
         out.seconds = {t: self.seconds[t] + other.seconds[t] for t in TIERS}
+        out.cpu_seconds_tier = {t: self.cpu_seconds_tier[t] + other.cpu_seconds_tier[t] for t in TIERS}
         return out
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        d.update(tokens_per_second=self.tokens_per_second, mean_accepted_length=self.mean_accepted_length,
+        d.update(tokens_per_second=self.tokens_per_second, tokens_per_cpu_second=self.tokens_per_cpu_second,
+                 mean_accepted_length=self.mean_accepted_length,
                  rejection_rate=self.rejection_rate,
                  calls_per_token={t: self.calls_per_token(t) for t in TIERS})
         return d
@@ -79,7 +88,7 @@ class DecodeStats:
             for t in TIERS if self.calls[t])
         return [
             f"mode {self.mode}  gamma {self.gamma}  tokens {self.tokens}  blocks {self.blocks}  "
-            f"{self.tokens_per_second:.1f} tok/s  wall {self.wall_seconds:.3f}s",
+            f"{self.tokens_per_second:.1f} tok/s  wall {self.wall_seconds:.3f}s  cpu {self.cpu_seconds:.3f}s",
             f"accepted {self.accepted} (direct {self.accepted_direct})  regenerated {self.regenerated}  "
             f"escalated {self.escalated}  bonus {self.bonus}  rejected {self.rejected}",
             f"mean accepted length {self.mean_accepted_length:.2f}  rejection rate {self.rejection_rate:.3f}",

@@ -18,7 +18,7 @@ from transformers import DynamicCache, PreTrainedModel
 
 @dataclass
 class Tier:
-    """A KV-cached model. ``calls``/``seconds`` count its forwards and the time spent in them."""
+    """A KV-cached model. ``calls`` counts its forwards, ``seconds``/``cpu_seconds`` the wall/CPU time in them."""
 
     name: str
     model: PreTrainedModel
@@ -26,6 +26,7 @@ class Tier:
     length: int = field(init=False, default=0)
     calls: int = field(init=False, default=0)
     seconds: float = field(init=False, default=0.0)
+    cpu_seconds: float = field(init=False, default=0.0)
     keep_hidden: bool = False  # also keep the last hidden states of each forward (relaxed rules, issue 7)
     hidden: Tensor | None = field(init=False, default=None)  # [keep, d] after the final norm, if keep_hidden
 
@@ -37,11 +38,11 @@ class Tier:
         self.cache = DynamicCache(config=self.model.config)
         self.cache.activate_past_recording()
         self.length = self.calls = 0
-        self.seconds = 0.0
+        self.seconds = self.cpu_seconds = 0.0
 
     def forward(self, input_ids: Tensor, keep: int) -> Tensor:
         """Feed ``input_ids`` [n] at positions ``length``… and return the last ``keep`` logits [keep, V]."""
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         n = input_ids.numel()
         positions = torch.arange(self.length, self.length + n, device=input_ids.device)[None]
         out = self.model(input_ids=input_ids[None], position_ids=positions, cache=self.cache, use_cache=True,
@@ -53,6 +54,7 @@ class Tier:
             torch.cuda.synchronize(logits.device)
         self.calls += 1
         self.seconds += time.perf_counter() - t0
+        self.cpu_seconds += time.process_time() - c0
         return logits
 
     def crop(self, length: int) -> None:
