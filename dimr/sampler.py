@@ -14,6 +14,7 @@ learns from exactly what was evaluated.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import math
 from collections.abc import Callable
@@ -30,6 +31,40 @@ PARAM = "layer_{:02d}"
 BIT = CategoricalDistribution((0, 1))
 NOVELTY_TRIES = 64
 ENUMERATE_LIMIT = 5000
+HISTORY = 300  # finished trials the Bayesian sampler sees: the best BEST_KEPT and the most recent rest
+BEST_KEPT = 25  # TPE's "good" group is at most its 25 best trials, so it stays exact
+
+
+class _History:
+    """A study as the wrapped Bayesian sampler sees it: every unfinished trial (constant liar), the
+    ``BEST_KEPT`` best complete trials and the most recent finished ones, ``history`` in all.
+
+    TPE's and GP's cost per ask grows with the trials they are shown; capped, an ask costs the same at
+    trial 1000 as at trial 300, and TPE's good group (the best ``min(0.1 n, 25)``) is unchanged.
+    """
+
+    def __init__(self, study: optuna.Study, history: int):
+        self._study, self._history = study, history
+        self._trials: list[FrozenTrial] | None = None  # one read per ask (TPE asks up to three times)
+
+    def __getattr__(self, name):
+        return getattr(self._study, name)
+
+    def _get_trials(self, deepcopy: bool = True, states=None, use_cache: bool = False) -> list[FrozenTrial]:
+        if self._trials is None:
+            self._trials = self._study._get_trials(deepcopy=False, states=None, use_cache=use_cache)
+        trials = [copy.deepcopy(t) if deepcopy else t for t in self._trials if states is None or t.state in states]
+        finished = [t for t in trials if t.state.is_finished()]
+        if len(finished) <= self._history:
+            return trials
+        complete = [t for t in finished if t.state == optuna.trial.TrialState.COMPLETE and t.value is not None]
+        sign = -1 if self._study.direction == optuna.study.StudyDirection.MAXIMIZE else 1
+        best = sorted(complete, key=lambda t: sign * t.value)[:BEST_KEPT]
+        keep = {t.number for t in best} | {t.number for t in finished[-(self._history - len(best)):]}
+        return [t for t in trials if not t.state.is_finished() or t.number in keep]
+
+    def get_trials(self, deepcopy: bool = True, states=None) -> list[FrozenTrial]:
+        return self._get_trials(deepcopy=deepcopy, states=states, use_cache=True)
 
 
 def mask_space(num_layers: int) -> dict[str, CategoricalDistribution]:
@@ -60,8 +95,10 @@ class BudgetSampler(BaseSampler):
     """Random-then-Bayesian sampling over masks that skip exactly ``budget.skip`` layers."""
 
     def __init__(self, budget: Budget, base: BaseSampler | None, startup: int, seed: int | None = None,
-                 first_search_trial: int = 0, is_taken: Callable[[Mask], bool] = lambda m: False):
+                 first_search_trial: int = 0, is_taken: Callable[[Mask], bool] = lambda m: False,
+                 history: int = HISTORY):
         self.budget, self.base, self.startup, self.seed = budget, base, startup, seed
+        self.history = history
         self.first_search_trial = first_search_trial  # trials before it are the heuristic seeds
         self.is_taken = is_taken
 
@@ -84,8 +121,10 @@ class BudgetSampler(BaseSampler):
         rng = self._rng(trial)
         mask: Mask | None = None
         if self.phase(trial.number) == "bayes":
-            space = self.base.infer_relative_search_space(study, trial)
-            proposal = self.base.sample_relative(study, trial, space) if space else {}
+            # The space is known (every trial holds every layer's bit): Optuna's own inference compares
+            # every trial's distributions on every ask, which grows with the study.
+            proposal = self.base.sample_relative(_History(study, self.history), trial,
+                                                 mask_space(self.budget.num_layers))
             if len(proposal) == self.budget.num_layers:
                 mask = project(params_to_mask(proposal, self.budget.num_layers), self.budget, rng)
         if mask is None:

@@ -26,8 +26,9 @@ from dimr import heuristics
 from dimr.budget import Budget
 from dimr.errors import DimrError
 from dimr.routing import mask_from_key, mask_key
-from dimr.sampler import BudgetSampler, make_base_sampler, mask_to_params, params_to_mask
+from dimr.sampler import BudgetSampler, make_base_sampler, mask_space, mask_to_params, params_to_mask
 from storage import MaskLedger
+from storage.batch import write_trial
 from storage.rdb import HEARTBEAT_S
 from workers.base import Evaluation, Evaluator
 
@@ -204,29 +205,37 @@ class Search:
     # -- the loop -----------------------------------------------------------------------------------
     def _counts(self) -> tuple[int, int]:
         c = self.ledger.counts()
-        return c.get("complete", 0), c.get("running", 0) + c.get("retry", 0)
+        # Masks queued for a retry are not held by anyone: their WAITING trials go to the next ask.
+        return c.get("complete", 0), c.get("running", 0)
 
     def _ask(self) -> None:
         trial = self.study.ask()
-        mask = params_to_mask({n: trial.suggest_categorical(n, (0, 1)) for n in
-                               (f"layer_{i:02d}" for i in range(self.settings.num_layers))},
-                              self.settings.num_layers)
+        # What suggest_categorical would return per layer (an enqueued mask, else the sampler's), written
+        # below with the trial's attributes in one transaction instead of one commit per layer.
+        params = {**trial.relative_params, **trial._fixed_params}
+        mask = params_to_mask(params, self.settings.num_layers)
         if not self.settings.budget.admits(mask):
             raise RuntimeError(f"trial {trial.number} mask {mask_key(mask)} breaks the budget")
         phase = trial.user_attrs.get("phase") or self.sampler.phase(trial.number)
         key = mask_key(mask)
-        claim = self.ledger.claim(key, trial.number, self.owner)
-        trial.set_user_attr("mask", key)
-        trial.set_user_attr("phase", phase)
+        claim = self.ledger.claim(key, trial.number, self.owner, limit=self.options.trials)
+        space = mask_space(self.settings.num_layers)
+        attrs = {"mask": key, "phase": phase}
+        if claim.state == "full":
+            # Other drivers claimed the last trials between our count and our claim: no evaluation.
+            write_trial(self.study._storage, trial._trial_id, params, space, {**attrs, "over_target": True})
+            self.study.tell(trial, state=TrialState.PRUNED)
+            return
         if not claim.won:
             # Another trial holds this mask (e.g. a concurrent driver enqueued the same seed): record why.
-            trial.set_user_attr("duplicate_of", claim.trial_number)
+            write_trial(self.study._storage, trial._trial_id, params, space,
+                        {**attrs, "duplicate_of": claim.trial_number})
             self.study.tell(trial, state=TrialState.PRUNED)
             self.result.pruned_duplicates += 1
             return
-        trial.set_user_attr("owner", self.owner)
-        # A first beat now: Optuna never fails a RUNNING trial that has no heartbeat row at all.
-        self.study._storage.record_heartbeat(trial._trial_id)
+        # With a first beat: Optuna never fails a RUNNING trial that has no heartbeat row at all.
+        write_trial(self.study._storage, trial._trial_id, params, space, {**attrs, "owner": self.owner},
+                    heartbeat=True)
         with self._lock:
             self._inflight[trial.number] = (trial, mask)
         self.evaluator.submit(trial.number, mask)
@@ -240,8 +249,7 @@ class Search:
             self.study.tell(trial, state=TrialState.FAIL)
             self.ledger.fail(key)
             return
-        for k, v in outcome.metrics().items():
-            trial.set_user_attr(k, v)
+        write_trial(self.study._storage, trial._trial_id, user_attrs=outcome.metrics())
         self.study.tell(trial, outcome.cost)
         self.ledger.complete(key, outcome.cost, outcome.metrics())
         self.result.evaluated += 1

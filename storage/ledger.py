@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 import optuna
+from optuna.storages._rdb import models
 from sqlalchemy import DateTime, Float, Integer, String, Text, UniqueConstraint, func, select, update
 from sqlalchemy.exc import IntegrityError, ProgrammingError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
@@ -67,7 +68,12 @@ class MaskLedger:
                     raise
                 time.sleep(0.5 + random.random())
 
-    def claim(self, mask_key: str, trial_number: int, owner: str) -> Claim:
+    def claim(self, mask_key: str, trial_number: int, owner: str, limit: int | None = None) -> Claim:
+        """Claim a mask for evaluation. With ``limit``, refuse (state ``full``) once complete + running
+        masks reach it: checked and claimed under a lock on the study's row, so concurrent drivers never
+        evaluate more masks than a study asks for. A refused ``retry`` mask goes back to ``failed``."""
+        if limit is not None:
+            return self._claim_within(mask_key, trial_number, owner, limit)
         with Session(self.engine) as s:
             try:
                 s.add(MaskRow(study_id=self.study_id, mask_key=mask_key, state="running",
@@ -87,6 +93,34 @@ class MaskLedger:
                 return Claim(True, "running", trial_number)
             row = self._row(s, mask_key)
             return Claim(False, row.state, row.trial_number, row.cost)
+
+    def _claim_within(self, mask_key: str, trial_number: int, owner: str, limit: int) -> Claim:
+        with Session(self.engine) as s:
+            # Every limited claim takes this lock first (SQLite: its single writer), so they are serialised.
+            s.execute(select(models.StudyModel.study_id).where(models.StudyModel.study_id == self.study_id)
+                      .with_for_update())
+            held = s.execute(select(func.count()).select_from(MaskRow).where(
+                MaskRow.study_id == self.study_id, MaskRow.state.in_(("complete", "running")))).scalar_one()
+            row = self._row(s, mask_key)
+            if held >= limit:
+                if row is not None and row.state == "retry":
+                    row.state, row.updated = "failed", _now()
+                s.commit()
+                return Claim(False, "full", row.trial_number if row else -1)
+            if row is None:
+                s.add(MaskRow(study_id=self.study_id, mask_key=mask_key, state="running",
+                              trial_number=trial_number, owner=owner, updated=_now()))
+            elif row.state in ("failed", "retry"):
+                row.state, row.trial_number, row.owner, row.updated = "running", trial_number, owner, _now()
+            else:
+                return Claim(False, row.state, row.trial_number, row.cost)
+            try:
+                s.commit()
+            except IntegrityError:  # an unlimited claim of the same mask got in first
+                s.rollback()
+                row = self._row(s, mask_key)
+                return Claim(False, row.state, row.trial_number, row.cost)
+            return Claim(True, "running", trial_number)
 
     def complete(self, mask_key: str, cost: float, metrics: dict) -> None:
         self._set(mask_key, state="complete", cost=cost, metrics=json.dumps(metrics))
