@@ -29,7 +29,7 @@ def _register() -> None:
     if _registered:
         return
     _registered = True
-    for name in ("dimr.cli_search", "dimr.cli_decode", "dimr.cli_zoo"):
+    for name in ("dimr.cli_search", "dimr.cli_decode", "dimr.cli_zoo", "dimr.cli_relaxed"):
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as e:

@@ -87,6 +87,9 @@ def decode(pair: str = PAIR, slim: Path = SLIM,
            seed: int = SEED, accept_threshold: float = ACCEPT, close_threshold: float = CLOSE,
            regen_threshold: float = REGEN,
            ignore_eos: bool = typer.Option(False, "--ignore-eos", help="do not stop at the EOS token"),
+           verify: str = typer.Option("lossless", "--verify", help="verification rule (see `dimr relaxed-methods`)"),
+           param: list[str] = typer.Option(None, "--param", help="rule parameter key=value (repeatable)"),
+           head: Path = typer.Option(None, "--head", help="DIVERSED head .safetensors (with --verify diversed)"),
            stats: bool = typer.Option(False, "--stats", help="print decoding statistics"),
            as_json: bool = typer.Option(False, "--json", help="print JSON (text, tokens, stats)"),
            device: str = DEVICE, threads: int = THREADS, pairs_file: Path = PAIRS_FILE) -> None:
@@ -102,11 +105,14 @@ def decode(pair: str = PAIR, slim: Path = SLIM,
         raise DimrError(f"mode {mode.value} needs a slim verifier; pass --slim slim.json (from `dimr export`)")
     _prepare(threads)
     decoder = Decoder.load(pair, slim=slim, device=device, pairs_file=pairs_file)
+    from dimr.relaxed import rule_from_cli
+
+    rule = rule_from_cli(verify, param or [], head, decoder.draft.model, decoder.full.model)
     if not ignore_eos:
         config = replace(config, eos_token_ids=decoder.eos_token_ids())
     results = []
     for text in texts:
-        result = decoder.run(decoder.encode(text), mode.value, config)
+        result = decoder.run(decoder.encode(text), mode.value, config, rule)
         out = decoder.tokenizer.decode(result.tokens, skip_special_tokens=True)
         results.append({"prompt": text, "text": out, "tokens": result.tokens, "stats": result.stats.to_dict()})
         if not as_json:

@@ -1,0 +1,143 @@
+"""CLI commands of relaxed verification: ``diversed train``, ``bench-relaxed``, ``relaxed-methods``.
+
+Thin: parse, call ``dimr.relaxed``, print. ``dimr decode --verify METHOD --param k=v --head h.safetensors``
+lives in ``dimr.cli_decode`` and builds its rule with :func:`dimr.relaxed.rule_from_cli`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import typer
+
+from dimr.cli import console
+from dimr.errors import DimrError
+
+diversed_app = typer.Typer(no_args_is_help=True, help="DIVERSED: train a learned ensemble head.")
+
+
+def _threads(threads: int | None) -> None:
+    import torch
+
+    torch.set_num_threads(threads or 1)
+
+
+@diversed_app.command("train")
+def diversed_train(
+    pair: str = typer.Option(..., "--pair", help="model pair (see `dimr pairs`)"),
+    task: str = typer.Option("arithmetic", "--task", help="arithmetic | toy-draft | toy-full"),
+    out: Path = typer.Option(Path("diversed_head.safetensors"), "--out", help="head file (JSON config beside it)"),
+    steps: int = typer.Option(30, "--steps", help="REINFORCE steps"),
+    batch: int = typer.Option(8, "--batch", help="rollouts per step"),
+    lr: float = typer.Option(5e-4, "--lr", help="AdamW learning rate"),
+    lam: float = typer.Option(0.05, "--lam", help="λ on Σ(1 − TV(draft, ν)) per token"),
+    n_prompts: int = typer.Option(256, "--prompts", help="training prompts"),
+    max_new_tokens: int = typer.Option(96, "--max-new-tokens", help="rollout length cap"),
+    temperature: float = typer.Option(0.0, "--temperature", help="the decoder temperature the head is for"),
+    seed: int = typer.Option(0, "--seed"),
+    device: str = typer.Option(None, "--device"),
+    threads: int = typer.Option(1, "--threads", help="torch intra-op threads"),
+) -> None:
+    """Train w_t = head(h_draft, h_full) by REINFORCE on a sequence-level task reward; save safetensors + JSON."""
+    from dimr.relaxed.diversed import TrainConfig
+    from dimr.relaxed.train import train_for_pair
+
+    if steps < 1 or batch < 1:
+        raise DimrError("--steps and --batch must be at least 1")
+    _threads(threads)
+    config = TrainConfig(steps=steps, batch=batch, lr=lr, lam=lam, max_new_tokens=max_new_tokens,
+                         temperature=temperature, seed=seed)
+
+    def progress(step, log) -> None:
+        console.print(f"step {step + 1}/{steps}  reward {log.rewards[-1]:.3f}  mean w {log.mean_w[-1]:.3f}  "
+                      f"1−TV(draft, ν) {log.acceptance[-1]:.3f}", markup=False, highlight=False)
+
+    _, log, path = train_for_pair(pair, task, out, config, n_prompts=n_prompts, device=device, progress=progress)
+    console.print(f"saved {path} (+ {path.with_suffix('.json').name}) in {log.seconds:.0f}s", markup=False)
+
+
+def bench_relaxed(
+    pair: str = typer.Option("mini", "--pair", help="model pair"),
+    workloads: str = typer.Option("arithmetic,code", "--workloads", help="arithmetic and/or code"),
+    methods: str = typer.Option("all", "--methods", help="comma-separated methods, or all"),
+    gammas: str = typer.Option("3,5,8", "--gammas", help="draft lengths; the full sweep runs at --sweep-gamma"),
+    sweep_gamma: int = typer.Option(5, "--sweep-gamma", help="γ at which every grid value runs"),
+    n_arith: int = typer.Option(40, "--n-arith", help="held-out task problems"),
+    n_code: int = typer.Option(16, "--n-code", help="HumanEval prompts"),
+    arith_tokens: int = typer.Option(96, "--arith-tokens", help="max new tokens per task problem"),
+    code_tokens: int = typer.Option(64, "--code-tokens", help="max new tokens per code prompt"),
+    temperature: float = typer.Option(1.0, "--temperature", help="0 = greedy"),
+    seed: int = typer.Option(0, "--seed"),
+    head: Path = typer.Option(None, "--head", help="DIVERSED head (safetensors); without it diversed is skipped"),
+    out_json: Path = typer.Option(None, "--json-out", help="write all rows as JSON"),
+    plot: Path = typer.Option(None, "--plot", help="write the speed–quality PNG"),
+    device: str = typer.Option(None, "--device"),
+    threads: int = typer.Option(1, "--threads", help="torch intra-op threads"),
+) -> None:
+    """Sweep every relaxed rule's main parameter on held-out workloads; predictions beside measurements."""
+    from dimr.decoding import DecodeConfig, Decoder
+    from dimr.relaxed import METHODS
+    from dimr.relaxed import bench as rb
+    from dimr.relaxed.diversed import load_head
+
+    chosen = [m for m in METHODS if m != "lossless"] if methods == "all" else [
+        m.strip() for m in methods.split(",") if m.strip()]
+    unknown = [m for m in chosen if m not in METHODS or m == "lossless"]
+    if unknown:
+        raise DimrError(f"unknown method(s) {', '.join(unknown)}; use some of {', '.join(list(METHODS)[1:])}")
+    works = [w.strip() for w in workloads.split(",") if w.strip()]
+    if not works or any(w not in rb.WORKLOADS for w in works):
+        raise DimrError(f"--workloads takes some of {', '.join(rb.WORKLOADS)}")
+    try:
+        gamma_list = [int(g) for g in gammas.split(",") if g.strip()]
+    except ValueError:
+        raise DimrError("--gammas takes integers, e.g. 3,5,8") from None
+    if sweep_gamma not in gamma_list:
+        gamma_list.append(sweep_gamma)
+    _threads(threads)
+    decoder = Decoder.load(pair, device=device)
+    trained = load_head(head, decoder.draft.model, decoder.full.model)[0] if head is not None else None
+    loaded = [rb.load_workload(w, n_arith if w == "arithmetic" else n_code,
+                               arith_tokens if w == "arithmetic" else code_tokens) for w in works]
+    config = DecodeConfig(temperature=temperature, seed=seed, eos_token_ids=decoder.eos_token_ids())
+
+    def progress(row) -> None:
+        console.print(f"{row.workload:10s} γ={row.gamma} {row.label:28s} speedup {row.speedup:5.2f}  "
+                      f"acc.len {row.accepted_length:5.2f} (pred {row.predicted_accepted_length:5.2f})  "
+                      f"quality {rb.quality_of(row):7.3f}  out.len {row.output_length:5.1f}",
+                      markup=False, highlight=False)
+
+    rows = rb.run_bench(decoder, loaded, chosen, config, gamma_list, sweep_gamma, trained, progress)
+    console.print(rb.format_table(rows), markup=False, highlight=False, soft_wrap=True)
+    for note in rb.collapses(rows):
+        console.print(f"collapse? {note}", markup=False, highlight=False)
+    meta = {"pair": pair, "temperature": temperature, "seed": seed, "gammas": gamma_list, "sweep_gamma": sweep_gamma,
+            "n_arith": n_arith, "n_code": n_code, "head": str(head) if head else None, "created": rb.now()}
+    if out_json is not None:
+        rb.save_json(rows, out_json, meta)
+    if plot is not None:
+        rb.plot(rows, plot, sweep_gamma, title=f"{pair}: speed vs quality, T={temperature:g}")
+        console.print(f"wrote {plot}", markup=False)
+
+
+def relaxed_methods(as_json: bool = typer.Option(False, "--json")) -> None:
+    """List the relaxed verification rules, their main parameter, off value and sweep grid."""
+    from dimr.relaxed import METHODS
+
+    rows = [{"method": m.name, "param": m.param, "off": m.off, "grid": list(m.grid), "parameters": m.parameters
+             if m.name != "lossless" else [], "summary": m.summary} for m in METHODS.values()]
+    if as_json:
+        console.print_json(json.dumps(rows, default=lambda x: str(x) if isinstance(x, float) and math.isinf(x)
+                                      else x))
+        return
+    for r in rows:
+        console.print(f"{r['method']:12s} {r['param'] or '-':10s} off={r['off']!s:5s} grid={r['grid']}  "
+                      f"{r['summary']}", markup=False, highlight=False, soft_wrap=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(diversed_app, name="diversed")
+    app.command("bench-relaxed")(bench_relaxed)
+    app.command("relaxed-methods")(relaxed_methods)

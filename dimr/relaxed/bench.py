@@ -1,0 +1,282 @@
+"""``dimr bench-relaxed``: every relaxed rule, its main parameter swept, on two held-out workloads.
+
+Workloads (the pair's shipped data, ``dimr/zoo/data``): ``arithmetic`` (the verifiable task; quality = exact-match
+accuracy) and ``code`` (HumanEval prompts; quality = the full verifier's mean log-likelihood per output token at
+temperature 1, higher is better). Every run decodes the same prompts with the same seed. Per row: acceptance
+rate (accepted / tested drafted tokens), mean accepted length (per block) and its prediction
+E[Σ_k Π_{t≤k} β_t], output length, tokens/s, speed-up over ``ar`` (end-to-end time for the whole workload, so
+longer answers cost what they cost; CPU time of this process when the decoder records it, else wall time) and
+the survey's predicted S = (L̄_AR/L̄)·(l̄ + 1)/(1 + γ·c_rel) from the predicted accepted length, quality, and a
+repetition score (share of repeated 4-grams) to flag rambling.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import torch
+
+from dimr.decoding.decoder import Decoder
+from dimr.decoding.sequence import DecodeConfig
+from dimr.decoding.stats import DecodeStats
+from dimr.decoding.verify import TargetsFn, lossless
+from dimr.relaxed import METHODS, EnsembleHead
+from dimr.relaxed.predict import Recorder, survey_speedup
+
+WORKLOADS = ("arithmetic", "code")
+
+
+@dataclass
+class Workload:
+    name: str
+    prompts: list[str]
+    answers: list[int | None]
+    max_new_tokens: int
+
+
+def load_workload(name: str, n: int, max_new_tokens: int | None = None, data_dir: Path | None = None) -> Workload:
+    """The first ``n`` held-out prompts of ``arithmetic`` or ``code`` (generated if the data is not shipped)."""
+    from dimr.zoo import DATA_DIR, task
+
+    data_dir = data_dir or DATA_DIR
+    if name == "arithmetic":
+        path = data_dir / "heldout_task.jsonl"
+        if path.is_file():
+            rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()][:n]
+        else:  # the generator with the held-out seed of the mini recipe
+            rows = [{"prompt": p.prompt, "answer": p.answer} for p in task.generate(1235, n)]
+        return Workload(name, [r["prompt"] for r in rows], [int(r["answer"]) for r in rows], max_new_tokens or 96)
+    if name == "code":
+        path = data_dir / "humaneval_prompts.jsonl"
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()][:n]
+        return Workload(name, [r.get("text") or r["prompt"] for r in rows], [None] * len(rows), max_new_tokens or 64)
+    raise ValueError(f"unknown workload {name!r}; use one of {WORKLOADS}")
+
+
+def repetition(tokens: Sequence[int], n: int = 4) -> float:
+    """Share of n-grams that already occurred earlier in the output (0 = none; rambling loops approach 1)."""
+    grams = [tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1)]
+    return 1 - len(set(grams)) / len(grams) if grams else 0.0
+
+
+@torch.inference_mode()
+def full_loglik(decoder: Decoder, prompt: torch.Tensor, tokens: Sequence[int]) -> tuple[float, int]:
+    """Σ log p_full(y_t | ·) at temperature 1 over the output, and its length."""
+    if not tokens:
+        return 0.0, 0
+    y = torch.tensor(tokens, device=prompt.device)
+    logits = decoder.full.model(input_ids=torch.cat([prompt, y])[None], logits_to_keep=len(tokens) + 1).logits[0]
+    logp = torch.log_softmax(logits[:-1].float(), -1)
+    return float(logp[torch.arange(len(tokens)), y].sum()), len(tokens)
+
+
+@dataclass
+class Row:
+    workload: str
+    method: str
+    param: str
+    value: float
+    gamma: int
+    mode: str
+    tokens: int = 0
+    prompts: int = 0
+    acceptance: float = math.nan
+    accepted_length: float = math.nan
+    predicted_accepted_length: float = math.nan
+    output_length: float = math.nan
+    tokens_per_second: float = math.nan
+    seconds: float = math.nan
+    speedup: float = math.nan
+    predicted_speedup: float = math.nan
+    quality: float = math.nan
+    loglik: float = math.nan
+    repetition: float = math.nan
+    c_rel: float = math.nan
+    outputs: list[list[int]] = field(default_factory=list, repr=False)
+
+    @property
+    def label(self) -> str:
+        return "ar" if self.mode == "ar" else f"{self.method} {self.param}={self.value:g}".strip()
+
+
+def _seconds(stats: DecodeStats) -> float:
+    return getattr(stats, "cpu_seconds", 0.0) or stats.wall_seconds
+
+
+def run_one(decoder: Decoder, work: Workload, config: DecodeConfig, mode: str, rule: TargetsFn,
+            check: Callable[[str, int | None], float]) -> tuple[DecodeStats, Recorder | None, Row]:
+    """Decode every prompt of ``work`` with ``rule``; return summed stats, β recorder and a partial row."""
+    recorder = Recorder(rule) if mode != "ar" else None
+    total, quality, loglik, tok_count, rep, outputs = None, 0.0, 0.0, 0, 0.0, []
+    config = replace(config, max_new_tokens=work.max_new_tokens)
+    for text, answer in zip(work.prompts, work.answers, strict=True):
+        prompt = decoder.encode(text)
+        result = decoder.run(prompt, mode, config, recorder if recorder is not None else lossless)
+        total = result.stats if total is None else total.merge(result.stats)
+        out_text = decoder.tokenizer.decode(result.tokens, skip_special_tokens=True)
+        quality += check(out_text, answer)
+        ll, n = full_loglik(decoder, prompt, result.tokens)
+        loglik, tok_count = loglik + ll, tok_count + n
+        rep += repetition(result.tokens)
+        outputs.append(result.tokens)
+    k = len(work.prompts)
+    row = Row(work.name, "", "", math.nan, config.gamma, mode, tokens=total.tokens, prompts=k,
+              output_length=total.tokens / k, tokens_per_second=total.tokens / max(_seconds(total), 1e-9),
+              seconds=_seconds(total), quality=quality / k, loglik=loglik / max(tok_count, 1), repetition=rep / k,
+              outputs=outputs)
+    if mode != "ar":
+        tested = total.accepted + total.rejected
+        row.acceptance = total.accepted / tested if tested else math.nan
+        row.accepted_length = total.mean_accepted_length
+        row.predicted_accepted_length = recorder.predicted_accepted_length
+    return total, recorder, row
+
+
+def sweep(method: str, gammas: Sequence[int], full_grid_gamma: int) -> list[tuple[int, float]]:
+    """(γ, value) pairs: the whole grid at ``full_grid_gamma``, the off value and the middle of the grid else."""
+    grid = METHODS[method].grid
+    out = []
+    for g in gammas:
+        values = grid if g == full_grid_gamma else tuple(dict.fromkeys((grid[0], grid[len(grid) // 2])))
+        out += [(g, v) for v in values]
+    return out
+
+
+def run_bench(decoder: Decoder, workloads: Sequence[Workload], methods: Sequence[str], config: DecodeConfig,
+              gammas: Sequence[int] = (3, 5, 8), full_grid_gamma: int = 5, head: EnsembleHead | None = None,
+              progress: Callable[[Row], None] | None = None) -> list[Row]:
+    """Every (workload, γ, method, value) row plus ``ar`` per workload; speed-ups relative to that ``ar``."""
+    rows: list[Row] = []
+    for work in workloads:
+        check = _checker(work.name)
+        _, _, ar_row = run_one(decoder, work, config, "ar", lossless, check)
+        ar_row.method, ar_row.speedup = "ar", 1.0
+        rows.append(ar_row)
+        if progress:
+            progress(ar_row)
+        c_rel_by_gamma: dict[int, float] = {}
+        for method in methods:
+            m = METHODS[method]
+            if m.needs_head and head is None:
+                continue
+            for gamma, value in sweep(method, gammas, full_grid_gamma):
+                params = {**dict(m.fixed), m.param: value}
+                rule = m.build(head, **params)
+                stats, recorder, row = run_one(decoder, work, replace(config, gamma=gamma), "sd", rule, check)
+                row.method, row.param, row.value = method, m.param, value
+                if gamma not in c_rel_by_gamma:  # draft/full cost per forward, from the first sd run at γ
+                    per_call = {t: stats.seconds[t] / max(stats.calls[t], 1) for t in ("draft", "full")}
+                    c_rel_by_gamma[gamma] = per_call["draft"] / max(per_call["full"], 1e-12)
+                row.c_rel = c_rel_by_gamma[gamma]
+                row.speedup = ar_row.seconds / max(row.seconds, 1e-12)
+                row.predicted_speedup = survey_speedup(ar_row.output_length, row.output_length,
+                                                       row.predicted_accepted_length, gamma, row.c_rel)
+                rows.append(row)
+                if progress:
+                    progress(row)
+    return rows
+
+
+def _checker(workload: str) -> Callable[[str, int | None], float]:
+    if workload == "arithmetic":
+        from dimr.zoo.task import is_correct
+
+        return lambda text, answer: float(is_correct(text, answer))
+    return lambda text, answer: math.nan
+
+
+def quality_of(row: Row) -> float:
+    """The figure's y axis: accuracy for the task, mean log-likelihood for code."""
+    return row.quality if row.workload == "arithmetic" else row.loglik
+
+
+COLUMNS = ("workload", "γ", "method", "acc.rate", "acc.len", "pred.len", "out.len", "tok/s", "speedup",
+           "pred.S", "quality", "loglik", "rep4")
+
+
+def format_table(rows: Sequence[Row]) -> str:
+    """A Markdown table, one line per row."""
+    def f(x: float, p: int = 2) -> str:
+        return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{p}f}"
+
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    for r in rows:
+        q = f(r.quality, 3) if r.workload == "arithmetic" else "–"
+        lines.append("| " + " | ".join([
+            r.workload, str(r.gamma) if r.mode != "ar" else "–", r.label, f(r.acceptance), f(r.accepted_length),
+            f(r.predicted_accepted_length), f(r.output_length, 1), f(r.tokens_per_second, 0), f(r.speedup),
+            f(r.predicted_speedup), q, f(r.loglik, 3), f(r.repetition)]) + " |")
+    return "\n".join(lines)
+
+
+def collapses(rows: Sequence[Row], length_factor: float = 1.3, rep_margin: float = 0.15) -> list[str]:
+    """Rows whose outputs are much longer or much more repetitive than ``ar``'s on the same workload."""
+    ar = {r.workload: r for r in rows if r.mode == "ar"}
+    notes = []
+    for r in rows:
+        base = ar.get(r.workload)
+        if r.mode == "ar" or base is None:
+            continue
+        longer = r.output_length > length_factor * base.output_length
+        loops = r.repetition > base.repetition + rep_margin
+        if longer or loops:
+            notes.append(f"{r.workload} γ={r.gamma} {r.label}: output length {r.output_length:.1f} vs ar "
+                         f"{base.output_length:.1f}, repeated 4-grams {r.repetition:.2f} vs {base.repetition:.2f}")
+    return notes
+
+
+def save_json(rows: Sequence[Row], path: Path, meta: dict) -> None:
+    data = {"meta": meta, "rows": [{k: v for k, v in asdict(r).items() if k != "outputs"} for r in rows]}
+    path.write_text(json.dumps(data, indent=1, default=lambda x: None if isinstance(x, float) else str(x)) + "\n")
+
+
+def plot(rows: Sequence[Row], path: Path, gamma: int, title: str = "") -> Path:
+    """Speed–quality plot per workload: the static ensemble as the reference line, every other rule on it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    workloads = [w for w in WORKLOADS if any(r.workload == w for r in rows)]
+    fig, axes = plt.subplots(1, len(workloads), figsize=(6.5 * len(workloads), 5), squeeze=False)
+    markers = dict(zip(METHODS, "o*sDv^<>ph", strict=False))
+    for ax, work in zip(axes[0], workloads, strict=True):
+        sel = [r for r in rows if r.workload == work and (r.gamma == gamma or r.mode == "ar")]
+        for method in METHODS:
+            pts = sorted((r for r in sel if r.method == method), key=lambda r: r.speedup)
+            if not pts:
+                continue
+            xs, ys = [r.speedup for r in pts], [quality_of(r) for r in pts]
+            if method == "static":
+                ax.plot(xs, ys, "-o", color="black", lw=2, label="static ensemble (reference)", zorder=3)
+                for r in pts:
+                    ax.annotate(f"w={r.value:g}", (r.speedup, quality_of(r)), fontsize=7, xytext=(3, 3),
+                                textcoords="offset points")
+            elif method == "diversed":
+                ax.plot(xs, ys, "-*", color="crimson", ms=12, lw=2, label="DIVERSED (trained head)", zorder=4)
+            else:
+                ax.plot(xs, ys, ":", marker=markers[method], alpha=0.8, label=method)
+        ar = [r for r in sel if r.mode == "ar"]
+        if ar:
+            ax.scatter([1.0], [quality_of(ar[0])], marker="x", s=80, color="grey", label="ar", zorder=5)
+        ax.set_xlabel("speed-up over ar (end-to-end)")
+        ax.set_ylabel("accuracy (exact match)" if work == "arithmetic" else "full-verifier log-lik / token")
+        ax.set_title(f"{work}, γ={gamma}")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
