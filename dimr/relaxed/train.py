@@ -4,8 +4,8 @@ Tasks (the reward is sequence-level, as in the paper):
 
 - ``arithmetic``: the mini pair's word problems (``dimr.zoo.task``), training prompts drawn with a seed disjoint
   from the held-out set; reward 1 if the answer after ``####`` is right, else 0 (like GSM8K's).
-- ``toy-draft`` / ``toy-full``: a dense toy reward that favours the draft (resp. the full verifier): the mean
-  log-probability of the rollout under that model. Used by the tests; it shows which way w moves.
+- ``toy-draft`` / ``toy-full``: a dense toy reward that favours the draft (resp. the full verifier): the share
+  of rollout tokens that are that model's greedy choice. Used by the tests; it shows which way w moves.
 """
 
 from __future__ import annotations
@@ -23,15 +23,15 @@ TASKS = ("arithmetic", "toy-draft", "toy-full")
 TRAIN_SEED = 4321  # problem generator seed for training prompts (held-out problems are excluded)
 
 
-def model_loglik_reward(model, prompts: list[Tensor]) -> RewardFn:
-    """R = mean log p_model(y_t | prompt, y_<t) at temperature 1."""
+def agreement_reward(model, prompts: list[Tensor]) -> RewardFn:
+    """R = share of rollout tokens that are ``model``'s own greedy choice given the rollout's prefix."""
     @torch.no_grad()
     def reward(i: int, tokens: Tensor) -> float:
         if tokens.numel() == 0:
             return 0.0
         ids = torch.cat([prompts[i], tokens])[None]
         logits = model(input_ids=ids, logits_to_keep=tokens.numel() + 1).logits[0, :-1]
-        return float(torch.log_softmax(logits.float(), -1)[torch.arange(tokens.numel()), tokens].mean())
+        return float((logits.argmax(-1) == tokens).float().mean())
 
     return reward
 
@@ -56,7 +56,7 @@ def task_setup(task: str, tokenizer, draft, full, n_prompts: int, device: torch.
         return prompts, reward
     texts = [f"Line {k}: the quick brown fox {k * 7 % 13} jumps" for k in range(n_prompts)]
     prompts = [tokenizer(t, return_tensors="pt").input_ids[0].to(device) for t in texts]
-    return prompts, model_loglik_reward(draft if task == "toy-draft" else full, prompts)
+    return prompts, agreement_reward(draft if task == "toy-draft" else full, prompts)
 
 
 def train_for_pair(pair: str, task: str, out: Path, config: TrainConfig, n_prompts: int = 256,
