@@ -114,9 +114,10 @@ def run_one(decoder: Decoder, work: Workload, config: DecodeConfig, mode: str, r
     recorder = Recorder(rule) if mode != "ar" else None
     total, quality, loglik, tok_count, rep, outputs = None, 0.0, 0.0, 0, 0.0, []
     config = replace(config, max_new_tokens=work.max_new_tokens)
-    for text, answer in zip(work.prompts, work.answers, strict=True):
+    for k, (text, answer) in enumerate(zip(work.prompts, work.answers, strict=True)):
         prompt = decoder.encode(text)
-        result = decoder.run(prompt, mode, config, recorder if recorder is not None else lossless)
+        per_prompt = replace(config, seed=config.seed + k)  # one seed per prompt: independent draws across prompts
+        result = decoder.run(prompt, mode, per_prompt, recorder if recorder is not None else lossless)
         total = result.stats if total is None else total.merge(result.stats)
         out_text = decoder.tokenizer.decode(result.tokens, skip_special_tokens=True)
         quality += check(out_text, answer)
@@ -170,7 +171,8 @@ def run_bench(decoder: Decoder, workloads: Sequence[Workload], methods: Sequence
                 stats, recorder, row = run_one(decoder, work, replace(config, gamma=gamma), "sd", rule, check)
                 row.method, row.param, row.value = method, m.param, value
                 if gamma not in c_rel_by_gamma:  # draft/full cost per forward, from the first sd run at γ
-                    per_call = {t: stats.seconds[t] / max(stats.calls[t], 1) for t in ("draft", "full")}
+                    spent = getattr(stats, "cpu_seconds_tier", None) or stats.seconds
+                    per_call = {t: spent[t] / max(stats.calls[t], 1) for t in ("draft", "full")}
                     c_rel_by_gamma[gamma] = per_call["draft"] / max(per_call["full"], 1e-12)
                 row.c_rel = c_rel_by_gamma[gamma]
                 row.speedup = ar_row.seconds / max(row.seconds, 1e-12)
