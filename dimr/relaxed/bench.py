@@ -101,7 +101,10 @@ class Row:
 
     @property
     def label(self) -> str:
-        return "ar" if self.mode == "ar" else f"{self.method} {self.param}={self.value:g}".strip()
+        if self.mode == "ar":
+            return "ar"
+        lossless = " (lossless sd)" if self.method == "static" and self.value == 1.0 else ""
+        return f"{self.method} {self.param}={self.value:g}{lossless}"
 
 
 def _seconds(stats: DecodeStats) -> float:
@@ -139,11 +142,15 @@ def run_one(decoder: Decoder, work: Workload, config: DecodeConfig, mode: str, r
 
 
 def sweep(method: str, gammas: Sequence[int], full_grid_gamma: int) -> list[tuple[int, float]]:
-    """(γ, value) pairs: the whole grid at ``full_grid_gamma``, the off value and the middle of the grid else."""
-    grid = METHODS[method].grid
+    """(γ, value) pairs: the whole grid at ``full_grid_gamma``, the middle of the grid at other γ.
+
+    Every "off" value is the same lossless decoder, so it runs once per γ, as the static ensemble's w = 1.
+    """
+    m = METHODS[method]
+    grid = [v for v in m.grid if v != m.off or method == "static"]
     out = []
     for g in gammas:
-        values = grid if g == full_grid_gamma else tuple(dict.fromkeys((grid[0], grid[len(grid) // 2])))
+        values = grid if g == full_grid_gamma else ([m.off] if method == "static" else []) + [grid[len(grid) // 2]]
         out += [(g, v) for v in values]
     return out
 
@@ -250,7 +257,11 @@ def plot(rows: Sequence[Row], path: Path, gamma: int, title: str = "") -> Path:
     for ax, work in zip(axes[0], workloads, strict=True):
         sel = [r for r in rows if r.workload == work and (r.gamma == gamma or r.mode == "ar")]
         for method in METHODS:
-            pts = sorted((r for r in sel if r.method == method), key=lambda r: r.speedup)
+            lossless = [r for r in sel if r.method == "static" and r.value == 1.0]
+            pts = sorted([r for r in sel if r.method == method] + (lossless if method != "static" else []),
+                         key=lambda r: r.speedup)
+            if len(pts) <= len(lossless):
+                continue
             if not pts:
                 continue
             xs, ys = [r.speedup for r in pts], [quality_of(r) for r in pts]
