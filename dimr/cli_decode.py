@@ -45,11 +45,12 @@ def _read_prompts(prompt: str | None, prompts: Path | None) -> list[str]:
     return out
 
 
-def _config(max_new_tokens, gamma, temperature, top_p, seed, accept, close, regen):
+def _config(max_new_tokens, gamma, temperature, top_p, seed, accept, close, regen, draft_stop):
     from dimr.decoding import DecodeConfig, Thresholds
 
     return DecodeConfig(max_new_tokens=max_new_tokens, gamma=gamma, temperature=temperature, top_p=top_p,
-                        seed=seed, thresholds=Thresholds(accept=accept, close=close, regen=regen))
+                        seed=seed, draft_stop=draft_stop,
+                        thresholds=Thresholds(accept=accept, close=close, regen=regen))
 
 
 def _prepare(threads: int | None) -> None:
@@ -74,6 +75,8 @@ SEED = typer.Option(0, "--seed", help="sampling seed")
 ACCEPT = typer.Option(0.9, "--accept-threshold", help="via: slim probability of the drafted token for direct accept")
 CLOSE = typer.Option(0.5, "--close-threshold", help="via: min 1 - TV(draft, slim) for slim regeneration")
 REGEN = typer.Option(0.8, "--regen-threshold", help="via: min slim top probability for slim regeneration")
+DRAFT_STOP = typer.Option(0.0, "--draft-stop",
+                          help="stop drafting after a token the draft gives less than this (0 = always gamma)")
 DEVICE = typer.Option(None, "--device", help="cpu, cuda, cuda:1... (default: cuda if available)")
 THREADS = typer.Option(None, "--threads", help="torch intra-op threads (default: torch's)")
 PAIRS_FILE = typer.Option(None, "--pairs-file", help=PAIRS_FILE_HELP)
@@ -85,7 +88,7 @@ def decode(pair: str = PAIR, slim: Path = SLIM,
            prompts: Path = typer.Option(None, "--prompts", help="JSONL file: {\"prompt\": ...} per line"),
            max_new_tokens: int = MAX_NEW, gamma: int = GAMMA, temperature: float = TEMP, top_p: float = TOP_P,
            seed: int = SEED, accept_threshold: float = ACCEPT, close_threshold: float = CLOSE,
-           regen_threshold: float = REGEN,
+           regen_threshold: float = REGEN, draft_stop: float = DRAFT_STOP,
            ignore_eos: bool = typer.Option(False, "--ignore-eos", help="do not stop at the EOS token"),
            verify: str = typer.Option("lossless", "--verify", help="verification rule (see `dimr relaxed-methods`)"),
            param: list[str] = typer.Option(None, "--param", help="rule parameter key=value (repeatable)"),
@@ -100,7 +103,7 @@ def decode(pair: str = PAIR, slim: Path = SLIM,
 
     texts = _read_prompts(prompt, prompts)
     config = _config(max_new_tokens, gamma, temperature, top_p, seed, accept_threshold, close_threshold,
-                     regen_threshold)
+                     regen_threshold, draft_stop)
     if mode.value in ("self", "via") and slim is None:
         raise DimrError(f"mode {mode.value} needs a slim verifier; pass --slim slim.json (from `dimr export`)")
     _prepare(threads)
@@ -125,10 +128,12 @@ def decode(pair: str = PAIR, slim: Path = SLIM,
 
 def bench_decode(pair: str = PAIR, slim: Path = SLIM,
                  modes: str = typer.Option("ar,sd,self,via", "--modes", help="comma-separated modes"),
-                 prompts: Path = typer.Option(None, "--prompts", help="JSONL prompt set (default: built-in)"),
+                 prompts: list[Path] = typer.Option(None, "--prompts",
+                                                    help="JSONL prompt file(s), repeatable (default: built-in)"),
+                 num_prompts: int = typer.Option(None, "--num-prompts", help="use the first N of each file"),
                  max_new_tokens: int = MAX_NEW, gamma: int = GAMMA, temperature: float = TEMP,
                  top_p: float = TOP_P, seed: int = SEED, accept_threshold: float = ACCEPT,
-                 close_threshold: float = CLOSE, regen_threshold: float = REGEN,
+                 close_threshold: float = CLOSE, regen_threshold: float = REGEN, draft_stop: float = DRAFT_STOP,
                  hf: bool = typer.Option(True, "--hf/--no-hf", help="include transformers' assisted generation"),
                  ignore_eos: bool = typer.Option(True, "--ignore-eos/--stop-at-eos",
                                                  help="generate max-new-tokens for every prompt and mode"),
@@ -146,9 +151,9 @@ def bench_decode(pair: str = PAIR, slim: Path = SLIM,
         raise DimrError(f"unknown mode(s) {', '.join(unknown)}; use some of {', '.join(MODES)}")
     if slim is None and any(m in ("self", "via") for m in wanted):
         raise DimrError("modes self and via need a slim verifier; pass --slim slim.json or --modes ar,sd")
-    texts = _read_prompts(None, prompts) if prompts is not None else list(DEFAULT_PROMPTS)
+    texts = [t for f in prompts for t in _read_prompts(None, f)[:num_prompts]] if prompts else list(DEFAULT_PROMPTS)
     config = _config(max_new_tokens, gamma, temperature, top_p, seed, accept_threshold, close_threshold,
-                     regen_threshold)
+                     regen_threshold, draft_stop)
     _prepare(threads)
     decoder = Decoder.load(pair, slim=slim, device=device, pairs_file=pairs_file)
     if not ignore_eos:

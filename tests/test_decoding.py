@@ -81,8 +81,9 @@ def test_greedy_sd_and_self_equal_ar(decoder: Decoder):
     reference = decoder.full.model.generate(PROMPT[None], max_new_tokens=NEW_TOKENS, do_sample=False,
                                             min_new_tokens=NEW_TOKENS)[0, PROMPT.numel():].tolist()
     assert ar.tokens == reference  # our ar against transformers' own greedy loop
-    for mode in ("sd", "self"):
-        result = decoder.run(PROMPT, mode, config)
+    for mode, cfg in (("sd", config), ("self", config), ("sd", DecodeConfig(**{**config.__dict__,
+                                                                                "draft_stop": 0.6}))):
+        result = decoder.run(PROMPT, mode, cfg)
         assert result.tokens == ar.tokens, mode
         check_counters(result.stats)
         # both the acceptance and the rejection paths ran, and caches were cropped past rejections

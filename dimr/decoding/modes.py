@@ -42,8 +42,10 @@ def sd(proposer: Proposer, full: Tier, prompt: Tensor, config: DecodeConfig, mod
     out = Output(prompt, config, DecodeStats(mode, config.gamma), [proposer.tier, full])
     generator, sampler = config.generator(prompt.device), config.sampler
     while not out.done:
-        ids, gamma = out.ids, min(config.gamma, out.remaining)
-        tokens, draft_probs, draft_logits = proposer.propose(ids, gamma, sampler, generator)
+        ids = out.ids
+        tokens, draft_probs, draft_logits = proposer.propose(ids, min(config.gamma, out.remaining), sampler,
+                                                             generator, config.draft_stop)
+        gamma = tokens.numel()
         full_logits = full.forward(torch.cat([ids[full.length:], tokens]), keep=gamma + 1)
         full_probs = sampler.probs(full_logits)
         context = verify.Context(tokens, draft_logits, full_logits, sampler, proposer.hidden, full.hidden)
@@ -71,8 +73,10 @@ def via(proposer: Proposer, slim: Tier, full: Tier, prompt: Tensor, config: Deco
     out = Output(prompt, config, DecodeStats("via", config.gamma), [proposer.tier, slim, full])
     generator, sampler, th = config.generator(prompt.device), config.sampler, config.thresholds
     while not out.done:
-        ids, gamma = out.ids, min(config.gamma, out.remaining)
-        tokens, draft_probs, draft_logits = proposer.propose(ids, gamma, sampler, generator)
+        ids = out.ids
+        tokens, draft_probs, draft_logits = proposer.propose(ids, min(config.gamma, out.remaining), sampler,
+                                                             generator, config.draft_stop)
+        gamma = tokens.numel()
         slim_logits = slim.forward(torch.cat([ids[slim.length:], tokens]), keep=gamma + 1)
         slim_conf, draft_conf = confidence(slim_logits), confidence(draft_logits)
         direct = slim_conf[torch.arange(gamma, device=tokens.device), tokens] >= th.accept

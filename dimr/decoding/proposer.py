@@ -11,16 +11,20 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from dimr.decoding.sampling import Sampler, sample
+from dimr.decoding.sampling import Sampler, confidence, sample
 from dimr.decoding.tiers import Tier
 
 
 class Proposer(Protocol):
     tier: Tier
 
-    def propose(self, ids: Tensor, gamma: int, sampler: Sampler,
-                generator: torch.Generator | None) -> tuple[Tensor, Tensor, Tensor]:
-        """Continue ``ids`` [L] by ``gamma`` tokens → (tokens [γ], probs [γ, V], logits [γ, V])."""
+    def propose(self, ids: Tensor, gamma: int, sampler: Sampler, generator: torch.Generator | None,
+                stop_below: float = 0.0) -> tuple[Tensor, Tensor, Tensor]:
+        """Continue ``ids`` [L] by up to ``gamma`` tokens → (tokens [n], probs [n, V], logits [n, V]).
+
+        Drafting stops early after a token the proposer gives less than ``stop_below`` (its own temperature-1
+        probability; 0 = always γ tokens). Lossless either way: only the proposal length changes.
+        """
         ...
 
     def keep(self, length: int) -> None:
@@ -35,8 +39,8 @@ class ModelProposer:
         self.tier = tier
         self.hidden: Tensor | None = None  # [γ, d]: last hidden states of the last proposal, if tier.keep_hidden
 
-    def propose(self, ids: Tensor, gamma: int, sampler: Sampler,
-                generator: torch.Generator | None) -> tuple[Tensor, Tensor, Tensor]:
+    def propose(self, ids: Tensor, gamma: int, sampler: Sampler, generator: torch.Generator | None,
+                stop_below: float = 0.0) -> tuple[Tensor, Tensor, Tensor]:
         tokens, probs, logits, hidden = [], [], [], []
         pending = ids[self.tier.length:]  # tokens the cache has not seen yet (≥ 1)
         for _ in range(gamma):
@@ -48,6 +52,8 @@ class ModelProposer:
             tokens.append(pending)
             probs.append(step_probs)
             logits.append(step_logits)
+            if stop_below > 0 and float(confidence(step_logits)[pending]) < stop_below:
+                break
         self.hidden = torch.stack(hidden) if hidden else None
         return torch.cat(tokens), torch.stack(probs), torch.stack(logits)
 

@@ -46,6 +46,7 @@ class DecodeConfig:
     top_p: float = 1.0
     seed: int = 0
     eos_token_ids: tuple[int, ...] = ()
+    draft_stop: float = 0.0  # stop drafting after a token the draft gives less than this (0 = always gamma)
     thresholds: Thresholds = Thresholds()
 
     def __post_init__(self) -> None:
