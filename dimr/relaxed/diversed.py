@@ -8,9 +8,9 @@ We mix **probabilities** (the paper's formula), not logits (the released trainin
 probabilities the acceptance is exactly 1 − w·TV(p_d, p_t) and the static ensemble is the special case w_t = w,
 so the learned head and the static curve are compared on one scale.
 
-Training (:func:`train_head`) is REINFORCE: roll out y_t ~ ν_t token by token with both models KV-cached (the
-distribution relaxed speculative decoding produces), score the sequence with a reward R, then minimise
-−(R − b)·Σ_t log ν_t(y_t) − λ·Σ_t (1 − TV(p_d,t, ν_t)), b a moving average of R; AdamW.
+Training (:func:`train_head`) is REINFORCE: roll out y_t ~ ν_t token by token, a batch of prompts at once with
+both models KV-cached (ν is the distribution relaxed speculative decoding produces), score each sequence with a
+reward R, then minimise −(R − b)·Σ_t log ν_t(y_t) − λ·Σ_t (1 − TV(p_d,t, ν_t)), b a moving average of R; AdamW.
 """
 
 from __future__ import annotations
@@ -26,8 +26,7 @@ import torch
 from torch import Tensor, nn
 from transformers import PreTrainedModel
 
-from dimr.decoding.sampling import Sampler, sample
-from dimr.decoding.tiers import Tier
+from dimr.decoding.sampling import Sampler
 from dimr.decoding.verify import Context, Targets
 from dimr.errors import DimrError
 from dimr.relaxed.base import mix, require_context, tv
@@ -107,22 +106,37 @@ class TrainLog:
 
 
 @torch.no_grad()
-def rollout(head: EnsembleHead, draft: PreTrainedModel, full: PreTrainedModel, prompt: Tensor, sampler: Sampler,
-            max_new_tokens: int, generator: torch.Generator, eos: Sequence[int] = ()) -> Tensor:
-    """Sample y_t ~ ν_t autoregressively (both models KV-cached); returns the new tokens [T]."""
-    d_tier, f_tier = Tier("draft", draft, keep_hidden=True), Tier("full", full, keep_hidden=True)
-    pending, out = prompt, []
+def rollout(head: EnsembleHead, draft: PreTrainedModel, full: PreTrainedModel, prompts: Sequence[Tensor],
+            sampler: Sampler, max_new_tokens: int, generator: torch.Generator, eos: Sequence[int] = (),
+            pad_id: int = 0) -> list[Tensor]:
+    """Sample y_t ~ ν_t for a batch of prompts at once (left-padded, both models KV-cached); new tokens each."""
+    from transformers import DynamicCache
+
+    device = full.device
+    width = max(p.numel() for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long, device=device)
+    mask = torch.zeros_like(ids)
+    for b, p in enumerate(prompts):
+        ids[b, width - p.numel():], mask[b, width - p.numel():] = p, 1
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    caches = [DynamicCache(config=m.config) for m in (draft, full)]
+    eos_ids = torch.tensor(list(eos) or [-1], device=device)
+    done = torch.zeros(len(prompts), dtype=torch.bool, device=device)
+    steps: list[Tensor] = []
     for _ in range(max_new_tokens):
-        p_d = sampler.probs(d_tier.forward(pending, keep=1))
-        p_t = sampler.probs(f_tier.forward(pending, keep=1))
-        d_tier.crop(d_tier.length)  # no-ops that bound sliding-window caches (see Tier)
-        f_tier.crop(f_tier.length)
-        w = head(d_tier.hidden, f_tier.hidden)
-        pending = sample(mix(w, p_t, p_d)[0], generator)
-        out.append(int(pending))
-        if out[-1] in eos:
+        d, f = (m(input_ids=ids, attention_mask=mask, position_ids=positions, cache=c, use_cache=True,
+                  output_hidden_states=True, logits_to_keep=1) for m, c in zip((draft, full), caches, strict=True))
+        w = head(d.hidden_states[-1][:, -1], f.hidden_states[-1][:, -1])
+        nu = mix(w, sampler.probs(f.logits[:, -1]), sampler.probs(d.logits[:, -1]))
+        y = torch.multinomial(nu, 1, generator=generator)[:, 0]
+        steps.append(torch.where(done, -1, y))
+        done |= torch.isin(y, eos_ids)
+        if bool(done.all()):
             break
-    return torch.tensor(out, dtype=torch.long, device=prompt.device)
+        ids, mask = y[:, None], torch.cat([mask, torch.ones_like(mask[:, :1])], -1)
+        positions = positions[:, -1:] + 1
+    out = torch.stack(steps, 1) if steps else torch.zeros(len(prompts), 0, dtype=torch.long, device=device)
+    return [row[row >= 0] for row in out]
 
 
 @torch.no_grad()
@@ -157,8 +171,9 @@ def train_head(draft: PreTrainedModel, full: PreTrainedModel, prompts: Sequence[
     log, baseline = TrainLog(), None
     for step in range(config.steps):
         picked = [order[(step * config.batch + k) % len(order)] for k in range(config.batch)]
-        rolls = [rollout(head, draft, full, prompts[i], sampler, config.max_new_tokens, generator, eos)
-                 for i in picked]
+        pad = full.config.pad_token_id if full.config.pad_token_id is not None else 0
+        rolls = rollout(head, draft, full, [prompts[i] for i in picked], sampler, config.max_new_tokens, generator,
+                        eos, pad)
         rewards = torch.tensor([reward(i, y) for i, y in zip(picked, rolls, strict=True)])
         mean_r = float(rewards.mean())
         baseline = mean_r if baseline is None else config.baseline_momentum * baseline + (
