@@ -15,7 +15,7 @@ import torch
 from dimr import cost as costs
 from dimr import routing
 from dimr.pairs import load_model, pick_device
-from workers.base import Evaluation, EvalSpec
+from workers.base import EvalSpec, Evaluation
 
 
 class MaskScorer:

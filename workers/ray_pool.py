@@ -74,18 +74,54 @@ def _reload_auth_token() -> None:
         pass
 
 
+class LocalRay:
+    """A private Ray instance of this process: files under a temp dir of the run, no dashboard, and
+    nothing written to ``~/.ray`` (Ray 2.5x turns token auth on and would save the token there; the token
+    lives in the temp dir instead). `close` stops it and removes the temp dir."""
+
+    def __init__(self, num_cpus: int, temp_dir: str | None = None):
+        # Short path: Ray's unix sockets live under it and must stay below ~107 characters.
+        self.temp_dir = tempfile.mkdtemp(prefix="dimr-ray-", dir=temp_dir)
+        self._saved_env = {k: os.environ.get(k) for k in _AUTH_VARS}
+        if not any(self._saved_env.values()):
+            token = Path(self.temp_dir) / "auth_token"
+            token.write_text(secrets.token_hex(32))
+            token.chmod(0o600)
+            os.environ["RAY_AUTH_TOKEN_PATH"] = str(token)
+            _reload_auth_token()
+        root = str(Path(__file__).resolve().parents[1])  # the checkout, for runs without an install
+        path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+        ctx = ray.init(num_cpus=num_cpus, include_dashboard=False, _temp_dir=self.temp_dir,
+                       log_to_driver=False, configure_logging=False,
+                       runtime_env={"env_vars": {"PYTHONPATH": path}})
+        self.address: str = ctx.address_info["gcs_address"]
+
+    def join_env(self) -> dict[str, str]:
+        """What another process on this machine needs in its environment to join with ``address``."""
+        return {k: os.environ[k] for k in _AUTH_VARS if k in os.environ}
+
+    def close(self) -> None:
+        ray.shutdown()
+        for k, v in self._saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        _reload_auth_token()
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+
 class RayPool:
     """The `Evaluator` interface over Ray actors; see the module docstring."""
 
     def __init__(self, spec: EvalSpec, workers: int = 2, address: str | None = None, *,
                  actor_cls: type = ScorerActor, max_restarts: int = 2, cpus_per_worker: float | None = None,
                  num_cpus: int | None = None, temp_dir: str | None = None):
-        self._own_temp: str | None = None
-        self._saved_env: dict[str, str | None] | None = None
+        self._local: LocalRay | None = None
         self._connected = False
         if not ray.is_initialized():
             if address is None:
-                self._start_local(num_cpus or os.cpu_count() or 1, temp_dir)
+                self._local = LocalRay(num_cpus or os.cpu_count() or 1, temp_dir)
             else:
                 ray.init(address=address, log_to_driver=False)
             self._connected = True
@@ -115,24 +151,6 @@ class RayPool:
             raise
         self.num_layers = layers[0]
 
-    # -- Ray set-up -----------------------------------------------------------------------------------
-    def _start_local(self, num_cpus: int, temp_dir: str | None) -> None:
-        """A private Ray instance: files under a temp dir of the run, no dashboard, nothing in ``~/.ray``."""
-        # Short path: Ray's unix sockets live under it and must stay below ~107 characters.
-        self._own_temp = tempfile.mkdtemp(prefix="dimr-ray-", dir=temp_dir)
-        self._saved_env = {k: os.environ.get(k) for k in _AUTH_VARS}
-        if not any(self._saved_env.values()):
-            # Ray 2.5x enables token auth for new local clusters and would save the token in ~/.ray.
-            token = Path(self._own_temp) / "auth_token"
-            token.write_text(secrets.token_hex(32))
-            token.chmod(0o600)
-            os.environ["RAY_AUTH_TOKEN_PATH"] = str(token)
-            _reload_auth_token()
-        root = str(Path(__file__).resolve().parents[1])  # the checkout, for runs without an install
-        path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
-        ray.init(num_cpus=num_cpus, include_dashboard=False, _temp_dir=self._own_temp, log_to_driver=False,
-                 configure_logging=False, runtime_env={"env_vars": {"PYTHONPATH": path}})
-
     # -- the Evaluator interface ----------------------------------------------------------------------
     @property
     def slots(self) -> int:
@@ -158,7 +176,7 @@ class RayPool:
             if self._reprobe:
                 next_probe = max(0.0, min(self._reprobe.values()) - time.monotonic())
                 left = next_probe if left is None else min(left, next_probe)
-            if not refs and not self._queue:
+            if not refs and not self._queue and not self._reprobe:
                 return []
             if refs:
                 done, _ = ray.wait(refs, num_returns=1, timeout=left)
@@ -191,21 +209,12 @@ class RayPool:
                     ray.kill(actor, no_restart=True)
                 except Exception:  # noqa: BLE001 - already gone
                     pass
-            if self._connected:
-                ray.shutdown()
+        if self._local is not None:
+            self._local.close()
+        elif self._connected:
+            ray.shutdown()
         self._actors, self._state = [], []
-        self._connected = False
-        if self._saved_env is not None:
-            for k, v in self._saved_env.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
-            self._saved_env = None
-            _reload_auth_token()
-        if self._own_temp:
-            shutil.rmtree(self._own_temp, ignore_errors=True)
-            self._own_temp = None
+        self._local, self._connected = None, False
 
     # -- helpers -------------------------------------------------------------------------------------
     def worker_pids(self) -> list[int]:
