@@ -18,23 +18,25 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 
 import optuna
 from optuna.trial import TrialState
 
-from dimr import heuristics
+from dimr import heuristics, pareto
 from dimr.budget import Budget
 from dimr.errors import DimrError
 from dimr.routing import mask_from_key, mask_key
 from dimr.sampler import BudgetSampler, make_base_sampler, mask_space, mask_to_params, params_to_mask
 from storage import MaskLedger
 from storage.batch import write_trial
-from storage.rdb import HEARTBEAT_S
+from storage.rdb import GRACE_S, HEARTBEAT_S
 from workers.base import Evaluation, Evaluator
 
 SETTINGS_ATTR = "dimr_settings"
 SEEDS_ATTR = "dimr_seeds"
 SETUP_WAIT_S = 30.0  # how long a driver waits for a concurrent driver to finish creating the study
+METRICS = ("top1_agreement", "expected_acceptance", "tokens", "seconds", "worker")  # Evaluation.metrics()
 CHECK_EVERY_S = 2.0  # how often a busy driver looks for dead drivers' trials and failed masks
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 # dimr drives heartbeats itself (ask/tell, not Study.optimize) and relies on fail_stale_trials on purpose.
@@ -56,10 +58,16 @@ class StudySettings:
     calibration_hash: str
     num_sequences: int
     seq_len: int
+    objective: str = "cost"  # or "pareto": cost vs kept fraction, skipping 1..skip layers (`dimr.pareto`)
 
     @property
     def budget(self) -> Budget:
         return Budget(self.num_layers, self.skip)
+
+    @property
+    def skips(self) -> tuple[int, ...]:
+        """The skip counts a trial may have: exactly ``skip``, or 1..skip in a Pareto study."""
+        return tuple(range(1, self.skip + 1)) if self.objective == "pareto" else (self.skip,)
 
 
 @dataclass(frozen=True)
@@ -146,19 +154,22 @@ class Search:
         check_resume(stored, settings, study_name)
         self.sampler = BudgetSampler(settings.budget, make_base_sampler(options.sampler, options.seed,
                                                                          options.startup_trials),
-                                     startup=options.startup_trials, seed=options.seed)
+                                     startup=options.startup_trials, seed=options.seed,
+                                     skips=settings.skips if settings.objective == "pareto" else ())
         created = False
         if stored is None:
             # Seeds first, then an atomic create: exactly one of several concurrent drivers creates the
             # study and records settings and seeds within milliseconds; the others wait for them.
-            seeds = heuristics.seed_masks(settings.budget, evaluator.block_influence())
+            influence = evaluator.block_influence()
+            seeds = list({m: (n, m) for k in settings.skips
+                          for n, m in heuristics.seed_masks(Budget(settings.num_layers, k), influence)}.values())
             try:
-                storage.create_new_study([optuna.study.StudyDirection.MINIMIZE], study_name)
+                storage.create_new_study(pareto.directions(settings.objective), study_name)
                 created = True
             except optuna.exceptions.DuplicatedStudyError:
                 check_resume(stored_settings(storage, study_name), settings, study_name)
-        self.study = optuna.create_study(storage=storage, study_name=study_name, direction="minimize",
-                                         sampler=self.sampler, load_if_exists=True)
+        self.study = optuna.create_study(storage=storage, study_name=study_name, sampler=self.sampler,
+                                         directions=pareto.directions(settings.objective), load_if_exists=True)
         self.ledger = MaskLedger(storage, self.study._study_id)
         self.sampler.is_taken = lambda m: self.ledger.is_taken(mask_key(m))
         if created:
@@ -181,10 +192,16 @@ class Search:
         self._next_check = time.monotonic() + CHECK_EVERY_S
         storage = self.study._storage
         host = socket.gethostname()
+        now = datetime.now()  # Optuna's datetime_start is naive local time
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             owner = t.user_attrs.get("owner", "")
             o_host, _, o_pid = owner.rpartition(":")
-            if t.number in self._inflight or o_host != host or not o_pid.isdigit() or _pid_alive(int(o_pid)):
+            if t.number in self._inflight:
+                continue
+            if not owner:  # its driver died between ask and claim: it holds no mask and has no heartbeat
+                if t.datetime_start is None or (now - t.datetime_start).total_seconds() < GRACE_S:
+                    continue
+            elif o_host != host or not o_pid.isdigit() or _pid_alive(int(o_pid)):
                 continue
             try:
                 storage.set_trial_state_values(t._trial_id, state=TrialState.FAIL)
@@ -192,11 +209,17 @@ class Search:
                 pass
         optuna.storages.fail_stale_trials(self.study)  # other hosts: by heartbeat
         running = self.ledger.running()
-        if running:  # one (cached) read of the failed trials, not one query per running mask
-            failed = {t.number for t in self.study.get_trials(deepcopy=False, states=(TrialState.FAIL,))}
-            for _, number in running:
-                if number in failed:
+        if running:  # one (cached) read of the finished trials, not one query per running mask
+            done = {t.number: t for t in self.study.get_trials(deepcopy=False,
+                                                               states=(TrialState.FAIL, TrialState.COMPLETE))}
+            for key, number in running:
+                t = done.get(number)
+                if t is None:
+                    continue
+                if t.state == TrialState.FAIL:
                     self.ledger.fail_trial(number)
+                else:  # told COMPLETE by a driver killed before it updated the ledger: finish the record
+                    self.ledger.complete(key, t.value, {k: t.user_attrs[k] for k in METRICS if k in t.user_attrs})
         for key, number in self.ledger.take_for_retry():
             self.study.enqueue_trial(mask_to_params(mask_from_key(key)),
                                      user_attrs={"phase": "retry", "retry_of": number})
@@ -214,7 +237,7 @@ class Search:
         # below with the trial's attributes in one transaction instead of one commit per layer.
         params = {**trial.relative_params, **trial._fixed_params}
         mask = params_to_mask(params, self.settings.num_layers)
-        if not self.settings.budget.admits(mask):
+        if mask.count(False) not in self.settings.skips:
             raise RuntimeError(f"trial {trial.number} mask {mask_key(mask)} breaks the budget")
         phase = trial.user_attrs.get("phase") or self.sampler.phase(trial.number)
         key = mask_key(mask)
@@ -248,9 +271,10 @@ class Search:
             trial.set_user_attr("error", f"{type(outcome).__name__}: {outcome}"[:500])
             self.study.tell(trial, state=TrialState.FAIL)
             self.ledger.fail(key)
+            self._next_check = 0.0  # queue the mask again before the next ask takes a new one
             return
         write_trial(self.study._storage, trial._trial_id, user_attrs=outcome.metrics())
-        self.study.tell(trial, outcome.cost)
+        self.study.tell(trial, pareto.objective_values(self.settings.objective, outcome.cost, mask))
         self.ledger.complete(key, outcome.cost, outcome.metrics())
         self.result.evaluated += 1
 
@@ -302,11 +326,14 @@ class Search:
         best = self._best_trial()
         self.result.complete = complete
         if best is not None:
-            self.result.best_cost, self.result.best_trial = best.value, best.number
+            self.result.best_cost, self.result.best_trial = pareto.cost_of(best), best.number
             self.result.best_mask = best.user_attrs.get("mask")
         return self.result
 
     def _best_trial(self) -> optuna.trial.FrozenTrial | None:
+        """The lowest-cost complete trial (in a Pareto study: of the front)."""
+        if self.settings.objective == "pareto":
+            return min(self.study.best_trials, key=pareto.cost_of, default=None)
         try:
             return self.study.best_trial
         except ValueError:
@@ -314,4 +341,4 @@ class Search:
 
     def _best(self) -> float | None:
         best = self._best_trial()
-        return None if best is None else best.value
+        return None if best is None else pareto.cost_of(best)
