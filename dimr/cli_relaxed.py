@@ -64,6 +64,8 @@ def bench_relaxed(
     methods: str = typer.Option("all", "--methods", help="comma-separated methods, or all"),
     gammas: str = typer.Option("3,5,8", "--gammas", help="draft lengths; the full sweep runs at --sweep-gamma"),
     sweep_gamma: int = typer.Option(5, "--sweep-gamma", help="γ at which every grid value runs"),
+    grid_points: int = typer.Option(0, "--grid-points", help="values per method grid at --sweep-gamma (0 = all)"),
+    gamma_methods: str = typer.Option("all", "--gamma-methods", help="methods to run at the other γ (or all)"),
     n_arith: int = typer.Option(40, "--n-arith", help="held-out task problems"),
     n_code: int = typer.Option(16, "--n-code", help="HumanEval prompts"),
     arith_tokens: int = typer.Option(96, "--arith-tokens", help="max new tokens per task problem"),
@@ -94,8 +96,6 @@ def bench_relaxed(
         gamma_list = [int(g) for g in gammas.split(",") if g.strip()]
     except ValueError:
         raise DimrError("--gammas takes integers, e.g. 3,5,8") from None
-    if sweep_gamma not in gamma_list:
-        gamma_list.append(sweep_gamma)
     _threads(threads)
     decoder = Decoder.load(pair, device=device)
     trained = load_head(head, decoder.draft.model, decoder.full.model)[0] if head is not None else None
@@ -109,7 +109,9 @@ def bench_relaxed(
                       f"quality {rb.quality_of(row):7.3f}  out.len {row.output_length:5.1f}",
                       markup=False, highlight=False)
 
-    rows = rb.run_bench(decoder, loaded, chosen, config, gamma_list, sweep_gamma, trained, progress)
+    rows = rb.run_bench(decoder, loaded, chosen, config, gamma_list, sweep_gamma, trained, progress,
+                        points=grid_points or None,
+                        gamma_methods=None if gamma_methods == "all" else gamma_methods.split(","))
     console.print(rb.format_table(rows), markup=False, highlight=False, soft_wrap=True)
     for note in rb.collapses(rows):
         console.print(f"collapse? {note}", markup=False, highlight=False)

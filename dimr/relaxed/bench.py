@@ -141,24 +141,33 @@ def run_one(decoder: Decoder, work: Workload, config: DecodeConfig, mode: str, r
     return total, recorder, row
 
 
-def sweep(method: str, gammas: Sequence[int], full_grid_gamma: int) -> list[tuple[int, float]]:
-    """(γ, value) pairs: the whole grid at ``full_grid_gamma``, the middle of the grid at other γ.
+def sweep(method: str, gammas: Sequence[int], full_grid_gamma: int, points: int | None = None
+          ) -> list[tuple[int, float]]:
+    """(γ, value) pairs: the grid (``points`` values of it, spread evenly) at ``full_grid_gamma``, its middle else.
 
     Every "off" value is the same lossless decoder, so it runs once per γ, as the static ensemble's w = 1.
     """
     m = METHODS[method]
-    grid = [v for v in m.grid if v != m.off or method == "static"]
+    grid = [v for v in m.grid if v != m.off]
+    middle = grid[len(grid) // 2]
+    if points is not None and 0 < points < len(grid) and method not in ("static", "diversed"):  # curves keep theirs
+        grid = [grid[round(k * (len(grid) - 1) / max(points - 1, 1))] for k in range(points)]
+    off = [m.off] if method == "static" else []
     out = []
     for g in gammas:
-        values = grid if g == full_grid_gamma else ([m.off] if method == "static" else []) + [grid[len(grid) // 2]]
-        out += [(g, v) for v in values]
+        values = off + grid if g == full_grid_gamma else off + [middle]
+        out += [(g, v) for v in dict.fromkeys(values)]
     return out
 
 
 def run_bench(decoder: Decoder, workloads: Sequence[Workload], methods: Sequence[str], config: DecodeConfig,
               gammas: Sequence[int] = (3, 5, 8), full_grid_gamma: int = 5, head: EnsembleHead | None = None,
-              progress: Callable[[Row], None] | None = None) -> list[Row]:
-    """Every (workload, γ, method, value) row plus ``ar`` per workload; speed-ups relative to that ``ar``."""
+              progress: Callable[[Row], None] | None = None, points: int | None = None,
+              gamma_methods: Sequence[str] | None = None) -> list[Row]:
+    """Every (workload, γ, method, value) row plus ``ar`` per workload; speed-ups relative to that ``ar``.
+
+    ``points`` thins each grid; ``gamma_methods`` limits which methods run at the γ other than ``full_grid_gamma``.
+    """
     rows: list[Row] = []
     for work in workloads:
         check = _checker(work.name)
@@ -172,7 +181,9 @@ def run_bench(decoder: Decoder, workloads: Sequence[Workload], methods: Sequence
             m = METHODS[method]
             if m.needs_head and head is None:
                 continue
-            for gamma, value in sweep(method, gammas, full_grid_gamma):
+            for gamma, value in sweep(method, gammas, full_grid_gamma, points):
+                if gamma != full_grid_gamma and gamma_methods is not None and method not in gamma_methods:
+                    continue
                 params = {**dict(m.fixed), m.param: value}
                 rule = m.build(head, **params)
                 stats, recorder, row = run_one(decoder, work, replace(config, gamma=gamma), "sd", rule, check)
@@ -242,6 +253,14 @@ def collapses(rows: Sequence[Row], length_factor: float = 1.3, rep_margin: float
 def save_json(rows: Sequence[Row], path: Path, meta: dict) -> None:
     data = {"meta": meta, "rows": [{k: v for k, v in asdict(r).items() if k != "outputs"} for r in rows]}
     path.write_text(json.dumps(data, indent=1, default=lambda x: None if isinstance(x, float) else str(x)) + "\n")
+
+
+def load_rows(path: Path) -> tuple[list[Row], dict]:
+    """Rows and meta written by :func:`save_json` (to merge runs made in separate processes)."""
+    data = json.loads(Path(path).read_text())
+    rows = [Row(**{k: (math.nan if v is None and k not in ("method", "param", "mode", "workload") else v)
+                   for k, v in r.items()}) for r in data["rows"]]
+    return rows, data["meta"]
 
 
 def plot(rows: Sequence[Row], path: Path, gamma: int, title: str = "") -> Path:
