@@ -107,7 +107,7 @@ def bench_relaxed(
         console.print(f"{row.workload:10s} γ={row.gamma} {row.label:28s} speedup {row.speedup:5.2f}  "
                       f"acc.len {row.accepted_length:5.2f} (pred {row.predicted_accepted_length:5.2f})  "
                       f"quality {rb.quality_of(row):7.3f}  out.len {row.output_length:5.1f}",
-                      markup=False, highlight=False)
+                      markup=False, highlight=False, soft_wrap=True)
 
     rows = rb.run_bench(decoder, loaded, chosen, config, gamma_list, sweep_gamma, trained, progress,
                         points=grid_points or None,
