@@ -10,16 +10,22 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import sys
+from pathlib import Path
 
 import torch
 from transformers.utils import logging
 
 from dimr.decoding import DecodeConfig, Decoder
-from dimr.decoding.bench import DEFAULT_PROMPTS, format_table, sweep_thresholds
+from dimr.decoding.bench import format_table, sweep_thresholds
 
-ACCEPT = (0.5, 0.7, 0.8, 0.9, 0.95)
-CLOSE = (0.3, 0.6)
-REGEN = (0.6, 0.8, 0.9, 2.0)  # 2.0: regeneration off
+ACCEPT = (0.6, 0.8, 0.9, 0.95)
+CLOSE = (0.5,)
+REGEN = (0.7, 0.9, 2.0)  # 2.0: regeneration off
+
+
+sys.path.insert(0, str(Path(__file__).parent))
+from sweep_sd import mini_prompts  # noqa: E402
 
 
 def main() -> None:
@@ -30,15 +36,17 @@ def main() -> None:
     ap.add_argument("--gamma", type=int, default=4)
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--prompts", type=int, default=len(DEFAULT_PROMPTS))
+    ap.add_argument("--prompts", type=int, default=4, help="first N HumanEval + first N arithmetic prompts")
+    ap.add_argument("--pairs-file")
     ap.add_argument("--json", help="also write the points to this file")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     logging.disable_progress_bar()
-    decoder = Decoder.load(args.pair, slim=args.slim, device="cpu")
+    decoder = Decoder.load(args.pair, slim=args.slim, device="cpu",
+                           pairs_file=Path(args.pairs_file) if args.pairs_file else None)
     config = DecodeConfig(max_new_tokens=args.max_new_tokens, gamma=args.gamma, temperature=args.temperature)
     grid = [(a, c, r) for a, c, r in itertools.product(ACCEPT, CLOSE, REGEN) if not (r > 1 and c != CLOSE[0])]
-    base, points = sweep_thresholds(decoder, list(DEFAULT_PROMPTS[: args.prompts]), config, grid)
+    base, points = sweep_thresholds(decoder, mini_prompts(args.prompts), config, grid)
     print(format_table(base))
     print("\n| accept | close | regen | wall vs sd | cpu vs sd | predicted vs sd | full/tok | direct | regen "
           "| NLL | = ar |")
