@@ -240,7 +240,7 @@ def collapses(rows: Sequence[Row], length_factor: float = 1.3, rep_margin: float
     notes = []
     for r in rows:
         base = ar.get(r.workload)
-        if r.mode == "ar" or base is None:
+        if r.mode == "ar" or base is None or (r.method == "static" and r.value == 1.0):  # lossless: noise only
             continue
         longer = r.output_length > length_factor * base.output_length
         loops = r.repetition > base.repetition + rep_margin
