@@ -277,8 +277,9 @@ def plot(rows: Sequence[Row], path: Path, gamma: int, title: str = "") -> Path:
         sel = [r for r in rows if r.workload == work and (r.gamma == gamma or r.mode == "ar")]
         for method in METHODS:
             lossless = [r for r in sel if r.method == "static" and r.value == 1.0]
-            pts = sorted([r for r in sel if r.method == method] + (lossless if method != "static" else []),
-                         key=lambda r: r.speedup)
+            grid = METHODS[method].grid  # connect points in order of relaxation, from lossless
+            pts = (lossless if method != "static" else []) + sorted(
+                (r for r in sel if r.method == method), key=lambda r: grid.index(r.value) if r.value in grid else 0)
             if len(pts) <= len(lossless):
                 continue
             if not pts:
