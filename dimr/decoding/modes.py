@@ -106,6 +106,6 @@ def via(proposer: Proposer, slim: Tier, full: Tier, prompt: Tensor, config: Deco
             if confident[gamma]:
                 out.emit(sample(sampler.probs(slim_logits[gamma]), generator), "bonus")
             kept = ids.numel() + gamma
-        slim.crop(kept)
+        slim.crop(min(kept, out.ids.numel() - 1))  # always leave the last token pending: it gives the next logits
         proposer.keep(kept)
     return out.result()
