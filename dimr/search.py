@@ -30,6 +30,7 @@ from dimr.routing import mask_from_key, mask_key
 from dimr.sampler import BudgetSampler, make_base_sampler, mask_space, mask_to_params, params_to_mask
 from storage import MaskLedger
 from storage.batch import write_trial
+from storage.cache import StudyCache
 from storage.rdb import GRACE_S, HEARTBEAT_S
 from workers.base import Evaluation, Evaluator
 
@@ -168,7 +169,8 @@ class Search:
                 created = True
             except optuna.exceptions.DuplicatedStudyError:
                 check_resume(stored_settings(storage, study_name), settings, study_name)
-        self.study = optuna.create_study(storage=storage, study_name=study_name, sampler=self.sampler,
+        view = StudyCache(storage) if isinstance(storage, optuna.storages.RDBStorage) else storage
+        self.study = optuna.create_study(storage=view, study_name=study_name, sampler=self.sampler,
                                          directions=pareto.directions(settings.objective), load_if_exists=True)
         self.ledger = MaskLedger(storage, self.study._study_id)
         self.sampler.is_taken = lambda m: self.ledger.is_taken(mask_key(m))

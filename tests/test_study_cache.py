@@ -1,0 +1,48 @@
+"""`storage.cache.StudyCache` and `storage.batch.write_trial`: what two drivers see of each other's trials."""
+
+from __future__ import annotations
+
+import optuna
+from optuna.trial import TrialState
+
+from dimr.sampler import BIT, mask_space
+from storage import open_storage
+from storage.batch import write_trial
+from storage.cache import StudyCache
+
+
+def test_two_views_see_new_params_states_and_values(storage_url):
+    a_storage, b_storage = open_storage(storage_url), open_storage(storage_url)
+    a = optuna.create_study(storage=StudyCache(a_storage), study_name="c")
+    b = optuna.load_study(storage=StudyCache(b_storage), study_name="c")
+    space = mask_space(4)
+    params = {name: i % 2 for i, name in enumerate(space)}
+    ta = a.ask()
+    assert [t.state for t in b.get_trials()] == [TrialState.RUNNING]  # seen before it has params
+    assert b.get_trials()[0].params == {}
+    write_trial(a._storage, ta._trial_id, params, space, {"mask": "1010", "owner": "x"}, heartbeat=True)
+    seen = b.get_trials()[0]  # the same RUNNING trial, now read again because it had no params
+    assert seen.params == params and seen.user_attrs == {"mask": "1010", "owner": "x"}
+    assert seen.distributions == dict.fromkeys(space, BIT)
+    write_trial(a._storage, ta._trial_id, user_attrs={"tokens": 3, "mask": "1010"})
+    a.tell(ta, 0.5)
+    done = b.get_trials()[0]
+    assert done.state == TrialState.COMPLETE and done.value == 0.5 and done.user_attrs["tokens"] == 3
+    tb = b.ask()
+    b.tell(tb, state=TrialState.FAIL)
+    assert [t.state for t in a.get_trials()] == [TrialState.COMPLETE, TrialState.FAIL]
+    # the views agree with Optuna's own cache
+    plain = optuna.load_study(storage=open_storage(storage_url), study_name="c").get_trials()
+    assert [(t.number, t.state, t.params, t.user_attrs) for t in plain] == [
+        (t.number, t.state, t.params, t.user_attrs) for t in b.get_trials()]
+
+
+def test_write_trial_refuses_a_finished_trial(tmp_path):
+    study = optuna.create_study(storage=StudyCache(open_storage(f"sqlite:///{tmp_path}/w.db")))
+    t = study.ask()
+    study.tell(t, state=TrialState.FAIL)
+    try:
+        write_trial(study._storage, t._trial_id, user_attrs={"a": 1})
+    except optuna.exceptions.UpdateFinishedTrialError:
+        return
+    raise AssertionError("a finished trial was written")
