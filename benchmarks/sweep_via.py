@@ -39,13 +39,17 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=4, help="first N HumanEval + first N arithmetic prompts")
     ap.add_argument("--pairs-file")
     ap.add_argument("--json", help="also write the points to this file")
+    ap.add_argument("--accept", type=float, nargs="*", default=ACCEPT)
+    ap.add_argument("--close", type=float, nargs="*", default=CLOSE)
+    ap.add_argument("--regen", type=float, nargs="*", default=REGEN)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     logging.disable_progress_bar()
     decoder = Decoder.load(args.pair, slim=args.slim, device="cpu",
                            pairs_file=Path(args.pairs_file) if args.pairs_file else None)
     config = DecodeConfig(max_new_tokens=args.max_new_tokens, gamma=args.gamma, temperature=args.temperature)
-    grid = [(a, c, r) for a, c, r in itertools.product(ACCEPT, CLOSE, REGEN) if not (r > 1 and c != CLOSE[0])]
+    grid = [(a, c, r) for a, c, r in itertools.product(args.accept, args.close, args.regen)
+            if not (r > 1 and c != args.close[0])]
     base, points = sweep_thresholds(decoder, mini_prompts(args.prompts), config, grid)
     print(format_table(base))
     print("\n| accept | close | regen | wall vs sd | cpu vs sd | predicted vs sd | full/tok | direct | regen "
