@@ -35,17 +35,20 @@ def main() -> None:
     ap.add_argument("--pairs-file")
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--gamma", type=int, nargs="*", default=[2, 3, 4, 6])
+    ap.add_argument("--draft-stop", type=float, nargs="*", default=[0.0, 0.3, 0.5])
+    ap.add_argument("--prompts", type=int, default=4, help="first N HumanEval + first N arithmetic prompts")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     logging.disable_progress_bar()
     from pathlib import Path
 
     decoder = Decoder.load(args.pair, device="cpu", pairs_file=Path(args.pairs_file) if args.pairs_file else None)
-    prompts = mini_prompts()
+    prompts = mini_prompts(args.prompts)
     base = DecodeConfig(max_new_tokens=args.max_new_tokens)
     print("| gamma | draft stop | cpu speed-up vs ar | wall speed-up | mean acc. len | draft/tok | full/tok |")
     print("|---|---|---|---|---|---|---|")
-    for gamma, stop in itertools.product((2, 3, 4, 6), (0.0, 0.3, 0.5)):
+    for gamma, stop in itertools.product(args.gamma, args.draft_stop):
         report = run_bench(decoder, prompts, ["sd"], replace(base, gamma=gamma, draft_stop=stop), hf=False)
         s = report.rows[1]
         print(f"| {gamma} | {stop} | {s.speedup_cpu:.2f}x | {s.speedup:.2f}x | {s.stats.mean_accepted_length:.2f} | "
