@@ -34,6 +34,7 @@ def diversed_train(
     lr: float = typer.Option(5e-4, "--lr", help="AdamW learning rate"),
     lam: float = typer.Option(0.05, "--lam", help="λ on Σ(1 − TV(draft, ν)) per token"),
     n_prompts: int = typer.Option(256, "--prompts", help="training prompts"),
+    reward: str = typer.Option("exact", "--reward", help="arithmetic: exact | exact+steps"),
     max_new_tokens: int = typer.Option(96, "--max-new-tokens", help="rollout length cap"),
     temperature: float = typer.Option(0.0, "--temperature", help="the decoder temperature the head is for"),
     seed: int = typer.Option(0, "--seed"),
@@ -54,7 +55,8 @@ def diversed_train(
         console.print(f"step {step + 1}/{steps}  reward {log.rewards[-1]:.3f}  mean w {log.mean_w[-1]:.3f}  "
                       f"1−TV(draft, ν) {log.acceptance[-1]:.3f}", markup=False, highlight=False)
 
-    _, log, path = train_for_pair(pair, task, out, config, n_prompts=n_prompts, device=device, progress=progress)
+    _, log, path = train_for_pair(pair, task, out, config, n_prompts=n_prompts, device=device, progress=progress,
+                                  reward_kind=reward)
     console.print(f"saved {path} (+ {path.with_suffix('.json').name}) in {log.seconds:.0f}s", markup=False)
 
 

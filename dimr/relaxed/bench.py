@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -58,6 +59,23 @@ def load_workload(name: str, n: int, max_new_tokens: int | None = None, data_dir
     raise ValueError(f"unknown workload {name!r}; use one of {WORKLOADS}")
 
 
+_STEP = re.compile(r"(\d+)([+*-])(\d+)(\+1)?=(\d+)")
+
+
+def step_accuracy(text: str) -> float:
+    """Share of the worked steps (``6+8=14``, ``9+1+1=11``, ``12-6=6``, ``3*7=21``) that are right; 0 if none.
+
+    A graded check of the task's chain of thought, for when exact match is too sparse to compare methods.
+    """
+    steps = _STEP.findall(text)
+    ok = 0
+    for a, op, b, carry, c in steps:
+        x, y = int(a), int(b)
+        value = x + y if op == "+" else x - y if op == "-" else x * y
+        ok += value + (1 if carry else 0) == int(c)
+    return ok / len(steps) if steps else 0.0
+
+
 def repetition(tokens: Sequence[int], n: int = 4) -> float:
     """Share of n-grams that already occurred earlier in the output (0 = none; rambling loops approach 1)."""
     grams = [tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1)]
@@ -94,6 +112,7 @@ class Row:
     speedup: float = math.nan
     predicted_speedup: float = math.nan
     quality: float = math.nan
+    steps: float = math.nan
     loglik: float = math.nan
     repetition: float = math.nan
     c_rel: float = math.nan
@@ -115,7 +134,7 @@ def run_one(decoder: Decoder, work: Workload, config: DecodeConfig, mode: str, r
             check: Callable[[str, int | None], float]) -> tuple[DecodeStats, Recorder | None, Row]:
     """Decode every prompt of ``work`` with ``rule``; return summed stats, β recorder and a partial row."""
     recorder = Recorder(rule) if mode != "ar" else None
-    total, quality, loglik, tok_count, rep, outputs = None, 0.0, 0.0, 0, 0.0, []
+    total, quality, steps, loglik, tok_count, rep, outputs = None, 0.0, 0.0, 0.0, 0, 0.0, []
     config = replace(config, max_new_tokens=work.max_new_tokens)
     for k, (text, answer) in enumerate(zip(work.prompts, work.answers, strict=True)):
         prompt = decoder.encode(text)
@@ -124,6 +143,7 @@ def run_one(decoder: Decoder, work: Workload, config: DecodeConfig, mode: str, r
         total = result.stats if total is None else total.merge(result.stats)
         out_text = decoder.tokenizer.decode(result.tokens, skip_special_tokens=True)
         quality += check(out_text, answer)
+        steps += step_accuracy(out_text)
         ll, n = full_loglik(decoder, prompt, result.tokens)
         loglik, tok_count = loglik + ll, tok_count + n
         rep += repetition(result.tokens)
@@ -131,8 +151,8 @@ def run_one(decoder: Decoder, work: Workload, config: DecodeConfig, mode: str, r
     k = len(work.prompts)
     row = Row(work.name, "", "", math.nan, config.gamma, mode, tokens=total.tokens, prompts=k,
               output_length=total.tokens / k, tokens_per_second=total.tokens / max(_seconds(total), 1e-9),
-              seconds=_seconds(total), quality=quality / k, loglik=loglik / max(tok_count, 1), repetition=rep / k,
-              outputs=outputs)
+              seconds=_seconds(total), quality=quality / k, steps=steps / k, loglik=loglik / max(tok_count, 1),
+              repetition=rep / k, outputs=outputs)
     if mode != "ar":
         tested = total.accepted + total.rejected
         row.acceptance = total.accepted / tested if tested else math.nan
@@ -210,13 +230,19 @@ def _checker(workload: str) -> Callable[[str, int | None], float]:
     return lambda text, answer: math.nan
 
 
-def quality_of(row: Row) -> float:
-    """The figure's y axis: accuracy for the task, mean log-likelihood for code."""
-    return row.quality if row.workload == "arithmetic" else row.loglik
+def quality_of(row: Row, metric: str | None = None) -> float:
+    """A y axis of the figure: ``exact`` or ``steps`` for the task, ``loglik`` (default for code)."""
+    metric = metric or ("exact" if row.workload == "arithmetic" else "loglik")
+    return {"exact": row.quality, "steps": row.steps, "loglik": row.loglik}[metric]
+
+
+PANELS = (("arithmetic", "exact", "accuracy (exact match)"),
+          ("arithmetic", "steps", "share of correct worked steps"),
+          ("code", "loglik", "full-verifier log-lik / token"))
 
 
 COLUMNS = ("workload", "γ", "method", "acc.rate", "acc.len", "pred.len", "out.len", "tok/s", "speedup",
-           "pred.S", "quality", "loglik", "rep4")
+           "pred.S", "exact", "steps", "loglik", "rep4")
 
 
 def format_table(rows: Sequence[Row]) -> str:
@@ -226,11 +252,11 @@ def format_table(rows: Sequence[Row]) -> str:
 
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for r in rows:
-        q = f(r.quality, 3) if r.workload == "arithmetic" else "–"
+        q, st = (f(r.quality, 3), f(r.steps, 3)) if r.workload == "arithmetic" else ("–", "–")
         lines.append("| " + " | ".join([
             r.workload, str(r.gamma) if r.mode != "ar" else "–", r.label, f(r.acceptance), f(r.accepted_length),
             f(r.predicted_accepted_length), f(r.output_length, 1), f(r.tokens_per_second, 0), f(r.speedup),
-            f(r.predicted_speedup), q, f(r.loglik, 3), f(r.repetition)]) + " |")
+            f(r.predicted_speedup), q, st, f(r.loglik, 3), f(r.repetition)]) + " |")
     return "\n".join(lines)
 
 
@@ -270,10 +296,10 @@ def plot(rows: Sequence[Row], path: Path, gamma: int, title: str = "") -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    workloads = [w for w in WORKLOADS if any(r.workload == w for r in rows)]
-    fig, axes = plt.subplots(1, len(workloads), figsize=(6.5 * len(workloads), 5), squeeze=False)
+    panels = [p for p in PANELS if any(r.workload == p[0] for r in rows)]
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 5), squeeze=False)
     markers = dict(zip(METHODS, "o*sDv^<>ph", strict=False))
-    for ax, work in zip(axes[0], workloads, strict=True):
+    for ax, (work, metric, ylabel) in zip(axes[0], panels, strict=True):
         sel = [r for r in rows if r.workload == work and (r.gamma == gamma or r.mode == "ar")]
         for method in METHODS:
             lossless = [r for r in sel if r.method == "static" and r.value == 1.0]
@@ -282,13 +308,11 @@ def plot(rows: Sequence[Row], path: Path, gamma: int, title: str = "") -> Path:
                 (r for r in sel if r.method == method), key=lambda r: grid.index(r.value) if r.value in grid else 0)
             if len(pts) <= len(lossless):
                 continue
-            if not pts:
-                continue
-            xs, ys = [r.speedup for r in pts], [quality_of(r) for r in pts]
+            xs, ys = [r.speedup for r in pts], [quality_of(r, metric) for r in pts]
             if method == "static":
                 ax.plot(xs, ys, "-o", color="black", lw=2, label="static ensemble (reference)", zorder=3)
                 for r in pts:
-                    ax.annotate(f"w={r.value:g}", (r.speedup, quality_of(r)), fontsize=7, xytext=(3, 3),
+                    ax.annotate(f"w={r.value:g}", (r.speedup, quality_of(r, metric)), fontsize=7, xytext=(3, 3),
                                 textcoords="offset points")
             elif method == "diversed":
                 ax.plot(xs, ys, "-*", color="crimson", ms=12, lw=2, label="DIVERSED (trained head)", zorder=4)
@@ -296,9 +320,9 @@ def plot(rows: Sequence[Row], path: Path, gamma: int, title: str = "") -> Path:
                 ax.plot(xs, ys, ":", marker=markers[method], alpha=0.8, label=method)
         ar = [r for r in sel if r.mode == "ar"]
         if ar:
-            ax.scatter([1.0], [quality_of(ar[0])], marker="x", s=80, color="grey", label="ar", zorder=5)
-        ax.set_xlabel("speed-up over ar (end-to-end)")
-        ax.set_ylabel("accuracy (exact match)" if work == "arithmetic" else "full-verifier log-lik / token")
+            ax.scatter([1.0], [quality_of(ar[0], metric)], marker="x", s=80, color="grey", label="ar", zorder=5)
+        ax.set_xlabel("speed-up over ar (end-to-end CPU time)")
+        ax.set_ylabel(ylabel)
         ax.set_title(f"{work}, γ={gamma}")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
