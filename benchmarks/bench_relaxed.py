@@ -26,6 +26,27 @@ def dimr(*args: str) -> list[str]:
     return [sys.executable, "-m", "dimr", *args]
 
 
+def merge(work: Path, out: Path, pair: str, temperature: str) -> None:
+    """Every ``work/*.json`` part into one table, JSON and figure; one ``ar`` row per workload (from a γ = 5 part)."""
+    from dimr.relaxed import bench as rb
+
+    rows, meta, ar_seen = [], {}, set()
+    for path in sorted(work.glob("*.json")):
+        part, meta[path.stem] = rb.load_rows(path)
+        for r in part:
+            if r.mode == "ar":
+                if r.workload in ar_seen or 5 not in meta[path.stem].get("gammas", []):
+                    continue
+                ar_seen.add(r.workload)
+            rows.append(r)
+    rows.sort(key=lambda r: (rb.WORKLOADS.index(r.workload), r.mode != "ar", r.gamma, r.method))
+    rb.save_json(rows, out / "relaxed_bench.json", meta)
+    rb.plot(rows, out / "relaxed_pareto.png", 5, title=f"{pair}: speed vs quality, T={temperature}")
+    table = rb.format_table(rows) + "\n\n" + "\n".join(f"- collapse? {n}" for n in rb.collapses(rows))
+    (out / "relaxed_table.md").write_text(table + "\n")
+    print(table)
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pair", default="mini")
@@ -36,9 +57,13 @@ if __name__ == "__main__":
     parser.add_argument("--n-code", default="8")
     parser.add_argument("--grid-points", default="2")
     parser.add_argument("--out", type=Path, default=ROOT / "docs")
+    parser.add_argument("--merge-only", action="store_true", help="only merge the parts already written")
     args = parser.parse_args()
     work = args.out / "relaxed_parts"
     work.mkdir(parents=True, exist_ok=True)
+    if args.merge_only:
+        merge(work, args.out, args.pair, args.temperature)
+        raise SystemExit(0)
     if not args.head.is_file():
         subprocess.run(dimr("diversed", "train", "--pair", args.pair, "--task", "arithmetic", "--steps",
                             args.train_steps, "--temperature", args.temperature, "--out", str(args.head)), check=True)
@@ -59,15 +84,4 @@ if __name__ == "__main__":
     if first.wait():
         raise SystemExit(f"arith5 failed; see {work / 'arith5.log'}")
 
-    from dimr.relaxed import bench as rb
-
-    rows, meta = [], {}
-    for key in parts:
-        part, meta[key] = rb.load_rows(work / f"{key}.json")
-        rows += [r for r in part if not (key == "arith38" and r.mode == "ar")]
-    rows.sort(key=lambda r: (rb.WORKLOADS.index(r.workload), r.mode != "ar", r.gamma))
-    rb.save_json(rows, args.out / "relaxed_bench.json", meta)
-    rb.plot(rows, args.out / "relaxed_pareto.png", 5, title=f"{args.pair}: speed vs quality, T={args.temperature}")
-    table = rb.format_table(rows) + "\n\n" + "\n".join(f"- collapse? {n}" for n in rb.collapses(rows))
-    (args.out / "relaxed_table.md").write_text(table + "\n")
-    print(table)
+    merge(work, args.out, args.pair, args.temperature)
