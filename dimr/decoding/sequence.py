@@ -27,9 +27,9 @@ class Thresholds:
     Values above 1 switch a route off: ``Thresholds.never()`` sends every token to the full verifier.
     """
 
-    accept: float = 0.9
+    accept: float = 0.8
     close: float = 0.5
-    regen: float = 0.8
+    regen: float = 0.9
 
     @classmethod
     def never(cls) -> Thresholds:
