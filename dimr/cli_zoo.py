@@ -51,13 +51,17 @@ def register(app: typer.Typer) -> None:
         model_dir: Path = typer.Option(zoo.MINI_DIR, help="Directory with draft/ and verifier/."),
         data_dir: Path = typer.Option(zoo.DATA_DIR, help="Directory with the held-out files."),
         quick: bool = typer.Option(False, help="Evaluate on a few records only."),
+        write: bool = typer.Option(False, help="Store the result in MODEL_DIR/metrics.json and rehash."),
     ) -> None:
         """Print the mini pair's quality numbers (code loss, task accuracy, agreement, layer-skip KL)."""
         from dimr.zoo import train_mini as tm
 
         if not (model_dir / "verifier").is_dir() or not (model_dir / "draft").is_dir():
             raise DimrError(f"no trained pair in {model_dir}; run `dimr zoo train-mini` first")
-        metrics = tm.evaluate(model_dir, data_dir, quick=quick)
+        if write and quick:
+            raise DimrError("--write stores full evaluations only; drop --quick")
+        metrics = tm.reevaluate(model_dir, data_dir) if write else tm.evaluate(model_dir, data_dir, quick=quick)
+        metrics = json.loads(json.dumps(metrics))
         for m in metrics["task"].values():
             m.pop("examples", None)
         typer.echo(json.dumps(metrics, indent=1))

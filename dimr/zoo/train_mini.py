@@ -63,6 +63,7 @@ N_TASK_HELDOUT = 500
 TOKENIZER_TASK_DOCS = 5_000            # task documents mixed into the tokenizer's training text
 HELDOUT_CODE_CHUNK_CHARS = 2_000
 HELDOUT_CODE_RECORDS = 200
+HELDOUT_CODE_PER_FILE = 16
 CHECKPOINT_EVERY = 200
 EVAL_CODE_RECORDS = 200                # held-out code chunks for loss and agreement
 EVAL_TASK_PROBLEMS = 500
@@ -110,10 +111,7 @@ def prepare_data(cfg: RunConfig) -> dict:
     train, heldout = corpus.split_files(HELDOUT_FILE_FRACTION)
     if cfg.quick:
         train = train[:40]
-    records = [{"path": rel, "text": piece}
-               for rel, text in heldout for piece in corpus.chunk(text, HELDOUT_CODE_CHUNK_CHARS)]
-    random.Random(cfg.seed).shuffle(records)
-    records = records[:HELDOUT_CODE_RECORDS]
+    records = heldout_code_records(heldout, cfg.seed)
     _write_jsonl(cfg.data_dir / "heldout_code.jsonl", records)
 
     held = task.generate(cfg.seed + 1, N_TASK_HELDOUT)
@@ -132,6 +130,17 @@ def prepare_data(cfg: RunConfig) -> dict:
             "train_task_problems": len(train_problems), "heldout_task_problems": len(held)}
     done.write_text(json.dumps(info, indent=1))
     return info
+
+
+def heldout_code_records(heldout: list[tuple[str, str]], seed: int) -> list[dict]:
+    """Chunks of the held-out files, round-robin over files in a seeded order, at most
+    ``HELDOUT_CODE_PER_FILE`` per file: one large file (``pydoc_data/topics.py``, English prose in a
+    string) must not make up the held-out code."""
+    per_file = [[{"path": rel, "text": piece} for piece in corpus.chunk(text, HELDOUT_CODE_CHUNK_CHARS)]
+                for rel, text in heldout]
+    random.Random(seed).shuffle(per_file)
+    records = [chunks[i] for i in range(HELDOUT_CODE_PER_FILE) for chunks in per_file if i < len(chunks)]
+    return records[:HELDOUT_CODE_RECORDS]
 
 
 def humaneval_prompts() -> list[dict]:
@@ -498,6 +507,17 @@ def ship(cfg: RunConfig, records: dict, data_info: dict, metrics: dict | None) -
               "eval": metrics}
     (cfg.output / "metrics.json").write_text(json.dumps(record, indent=1, default=str) + "\n")
     write_hashes(cfg.output, cfg.data_dir)
+
+
+def reevaluate(output: Path, data_dir: Path, seed: int = SEED) -> dict:
+    """Evaluate the shipped pair again and rewrite ``metrics.json`` (its ``eval``) and ``hashes.json``."""
+    path = output / "metrics.json"
+    record = json.loads(path.read_text())
+    record["eval"] = {**evaluate(output, data_dir, seed=seed),
+                      "wall_minutes_to_trained": (record.get("eval") or {}).get("wall_minutes_to_trained")}
+    path.write_text(json.dumps(record, indent=1, default=str) + "\n")
+    write_hashes(output, data_dir)
+    return record["eval"]
 
 
 def run(cfg: RunConfig) -> dict:
