@@ -59,7 +59,7 @@ METHODS: dict[str, Method] = {m.name: m for m in [
     Method("lossless", type(None), "", 0.0, (), "the full verifier for all three targets"),
     Method("static", StaticEnsemble, "w", 1.0, (1.0, 0.8, 0.6, 0.4, 0.2, 0.0),
            "π = w·full + (1−w)·draft; acceptance 1 − w·TV"),
-    Method("diversed", Diversed, "shift", math.inf, (math.inf, 2.0, 0.0, -2.0),
+    Method("diversed", Diversed, "shift", math.inf, (math.inf, 0.0, -1.0, -2.0),
            "learned w_t = head(h_draft, h_full); shift moves the head's logit", needs_head=True),
     Method("cactus", Cactus, "delta", 0.0, (0.0, 0.1, 0.5, 1.0, 3.0), "raise p_t on the drafted token, KL budget δ"),
     Method("mentored", Mentored, "budget", 0.0, (0.0, 0.05, 0.1, 0.2, 0.5),

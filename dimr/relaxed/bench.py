@@ -170,8 +170,12 @@ def sweep(method: str, gammas: Sequence[int], full_grid_gamma: int, points: int 
     m = METHODS[method]
     grid = [v for v in m.grid if v != m.off]
     middle = grid[len(grid) // 2]
-    if points is not None and 0 < points < len(grid) and method not in ("static", "diversed"):  # curves keep theirs
-        grid = [grid[round(k * (len(grid) - 1) / max(points - 1, 1))] for k in range(points)]
+    if points is not None:  # the reference line and the learned head keep at least 3 and 2 points
+        points = max(points, {"static": 3, "diversed": 2}.get(method, 1))
+        if points == 1:
+            grid = [middle]
+        elif points < len(grid):
+            grid = [grid[round(k * (len(grid) - 1) / (points - 1))] for k in range(points)]
     off = [m.off] if method == "static" else []
     out = []
     for g in gammas:
