@@ -23,9 +23,15 @@ from dimr.errors import DimrError
 
 
 class SamplerName(str, Enum):
+    swap = "swap"
     tpe = "tpe"
     gp = "gp"
     random = "random"
+
+
+class Objective(str, Enum):
+    cost = "cost"
+    pareto = "pareto"
 
 
 class CostName(str, Enum):
@@ -69,12 +75,19 @@ def pairs(pairs_file: Path = typer.Option(None, help=PAIRS_FILE_HELP),
     console.print(table)
 
 
+# The defaults of --trials, --startup-trials and --sampler are `SearchOptions`'s (tests/test_search_quality.py).
 def search(
     pair: str = typer.Option(..., help="pair name (see `dimr pairs`)"),
-    budget: str = typer.Option("0.25", help="layers to skip: a count (4) or a fraction of the layers (0.25)"),
-    trials: int = typer.Option(50, min=1, help="completed trials wanted in the study (resuming continues to it)"),
-    startup_trials: int = typer.Option(10, min=0, help="length of the random phase, after the heuristic seeds"),
-    sampler: SamplerName = typer.Option(SamplerName.tpe, help="Bayesian sampler after the random phase"),
+    budget: str = typer.Option("0.25", help="layers to skip: a count (4) or a fraction of the layers (0.25); "
+                               "with --objective pareto, the most layers a mask may skip"),
+    objective: Objective = typer.Option(Objective.cost, help="cost: the best mask of one budget; pareto: the "
+                                        "front of cost vs kept layers, skipping 1 to --budget layers"),
+    trials: int = typer.Option(50, min=1,
+                               help="completed trials wanted in the study (resuming continues to it)"),
+    startup_trials: int = typer.Option(0, min=0,
+                                       help="length of the random phase after the heuristic seeds (tpe, gp: ~10)"),
+    sampler: SamplerName = typer.Option(SamplerName.swap, help="after the random phase: swap (surrogate-guided "
+                                        "swaps, the default), tpe, gp, or random"),
     cost: CostName = typer.Option(CostName.kl, help="kl = KL(full‖slim); reverse-kl; js; bridge"),
     calibration: str = typer.Option(None, help="local .txt/.jsonl file or name:config:split:field[,...]"),
     num_sequences: int = typer.Option(16, min=1, help="calibration sequences"),
@@ -101,16 +114,19 @@ def search(
     config = verifier_config(p)
     num_layers = getattr(config, "num_hidden_layers", None) or config.get_text_config().num_hidden_layers
     b = parse_budget(budget, num_layers)
-    if math.comb(num_layers, b.skip) < trials:
-        n = math.comb(num_layers, b.skip)
-        raise DimrError(f"only {n} masks {b.describe()}; ask for at most that many --trials")
+    skips = range(1, b.skip + 1) if objective == Objective.pareto else (b.skip,)
+    if sum(math.comb(num_layers, k) for k in skips) < trials:
+        n = sum(math.comb(num_layers, k) for k in skips)
+        what = f"skipping 1 to {b.skip} layers" if objective == Objective.pareto else b.describe()
+        raise DimrError(f"only {n} masks {what}; ask for at most that many --trials")
     tokenizer = load_tokenizer(p)
     calib = load_calibration(calibration or p.calibration, tokenizer, num_sequences, seq_len)
     st = _open(storage)
-    name = study or f"{p.name}-skip{b.skip}-{cost.value}"
+    name = study or f"{p.name}-skip{b.skip}-{cost.value}" + ("-pareto" if objective == Objective.pareto else "")
     settings = StudySettings(pair=p.name, verifier=p.verifier, fingerprint=verifier_fingerprint(p),
                              num_layers=num_layers, skip=b.skip, cost=cost.value, calibration=calib.spec,
-                             calibration_hash=calib.hash, num_sequences=calib.num_sequences, seq_len=calib.seq_len)
+                             calibration_hash=calib.hash, num_sequences=calib.num_sequences, seq_len=calib.seq_len,
+                             objective=objective.value)
     check_resume(stored_settings(st, name), settings, name)
 
     spec = EvalSpec(pair=p, input_ids=calib.input_ids, cost=cost.value, device=device, batch_size=batch_size)
@@ -156,11 +172,25 @@ def studies(storage: str = typer.Option("sqlite:///dimr.db", help=STORAGE_HELP),
 def show(study: str = typer.Argument(..., help="study name"),
          storage: str = typer.Option("sqlite:///dimr.db", help=STORAGE_HELP),
          top: int = typer.Option(5, min=1, help="how many best masks to list"),
+         pareto_front: bool = typer.Option(False, "--pareto", help="print the front of cost vs kept layers"),
          as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
     """Best masks, costs, agreement, expected acceptance, trial counts and timings of a study."""
-    from dimr.studies import load_study, summarize
+    from dimr.studies import front_rows, load_study, summarize
 
-    s = summarize(load_study(_open(storage), study), top=top)
+    loaded = load_study(_open(storage), study)
+    if pareto_front:
+        rows = front_rows(loaded)
+        if as_json:
+            console.print_json(json.dumps(rows))
+            return
+        table = Table("trial", "skipped", "kept", "mask (1 = keep)", "cost", "top-1 agreement", "1 − TV")
+        for r in rows:
+            table.add_row(str(r["trial"]), str(r["skipped"]), f"{r['kept_fraction']:.3f}", str(r["mask"]),
+                          _fmt(r["cost"]), _fmt(r["top1_agreement"]), _fmt(r["expected_acceptance"]))
+        console.print(f"[bold]{study}[/]: Pareto front of cost vs kept layers ({len(rows)} masks)")
+        console.print(table)
+        return
+    s = summarize(loaded, top=top)
     if as_json:
         console.print_json(json.dumps(s))
         return
@@ -182,11 +212,18 @@ def show(study: str = typer.Argument(..., help="study name"),
 def export(study: str = typer.Argument(..., help="study name"),
            output: Path = typer.Option(..., "-o", "--output", help="where to write the slim config (JSON)"),
            trial: int = typer.Option(None, help="export this trial instead of the best"),
+           budget: str = typer.Option(None, help="pick from the study's front the lowest-cost mask skipping at "
+                                      "least this many layers (a count, or a fraction of the layers)"),
            storage: str = typer.Option("sqlite:///dimr.db", help=STORAGE_HELP)) -> None:
     """Publish a study's mask as a slim config."""
-    from dimr.studies import export_slim_config, load_study
+    from dimr.studies import export_slim_config, load_study, pick_for_budget
 
-    cfg = export_slim_config(load_study(_open(storage), study), output, trial)
+    loaded = load_study(_open(storage), study)
+    if budget is not None:
+        if trial is not None:
+            raise DimrError("give --trial or --budget, not both")
+        trial = pick_for_budget(loaded, budget).number
+    cfg = export_slim_config(loaded, output, trial)
     console.print(f"wrote {output}: trial {cfg.trial}, kept {len(cfg.kept_layers)}/{cfg.num_layers} layers, "
                   f"cost {_fmt(cfg.metrics.get('cost'))}")
 

@@ -18,10 +18,26 @@ def least_influential(budget: Budget, influence: list[float]) -> Mask:
     return tuple(i not in skipped for i in range(budget.num_layers))
 
 
+def spaced_least_influential(budget: Budget, influence: list[float]) -> Mask:
+    """Block influence, but never two adjacent layers while the budget allows it: the least influential
+    layer, then the least influential one not next to a skipped layer, and so on. Skipping a run of
+    layers compounds the damage (each skipped layer's successor sees an input it was not trained on),
+    so spread-out skips are usually cheaper than the same layers' influences suggest."""
+    skipped: set[int] = set()
+    for i in sorted(range(budget.num_layers), key=lambda i: influence[i]):
+        if len(skipped) < budget.skip and i - 1 not in skipped and i + 1 not in skipped:
+            skipped.add(i)
+    for i in sorted(range(budget.num_layers), key=lambda i: influence[i]):  # too many skips to spread out
+        if len(skipped) < budget.skip:
+            skipped.add(i)
+    return tuple(i not in skipped for i in range(budget.num_layers))
+
+
 def seed_masks(budget: Budget, influence: list[float]) -> list[tuple[str, Mask]]:
     """The heuristic seeds, named, without duplicates."""
     out: list[tuple[str, Mask]] = []
-    for name, mask in (("skip-last", skip_last(budget)), ("block-influence", least_influential(budget, influence))):
+    for name, mask in (("skip-last", skip_last(budget)), ("block-influence", least_influential(budget, influence)),
+                       ("spaced-influence", spaced_least_influential(budget, influence))):
         if all(mask != m for _, m in out):
             out.append((name, mask))
     return out

@@ -4,7 +4,9 @@ One categorical parameter per layer (``layer_07`` = 1 keeps layer 7). The sample
 
 1. random phase: for the first ``startup`` trials (after the seeds), a mask drawn uniformly among the
    budget's masks (not per-layer coin flips, which would almost never hit an exact budget);
-2. Bayesian phase: the wrapped sampler's joint proposal (TPE multivariate with constant liar, or GP),
+2. Bayesian phase: with ``swap`` (the default), `dimr.swap.SwapProposer`: a second-order surrogate of
+   log(cost) and Thompson-sampled swap moves around the best masks, on the budget by construction; with ``tpe`` or
+   ``gp``, the wrapped Optuna sampler's joint proposal (TPE multivariate with constant liar, or GP),
    projected onto the budget with the fewest flips.
 
 Either way, a mask already complete or in flight is replaced by a budget-preserving neighbour, so the
@@ -26,6 +28,7 @@ from optuna.samplers import BaseSampler
 from optuna.trial import FrozenTrial
 
 from dimr.budget import Budget, Mask, neighbour, project, random_mask
+from dimr.swap import SwapProposer
 
 PARAM = "layer_{:02d}"
 BIT = CategoricalDistribution((0, 1))
@@ -79,8 +82,10 @@ def mask_to_params(mask: Mask) -> dict[str, int]:
     return {PARAM.format(i): int(b) for i, b in enumerate(mask)}
 
 
-def make_base_sampler(name: str, seed: int | None, startup: int) -> BaseSampler | None:
-    """The Bayesian sampler behind the budget: ``tpe`` (default), ``gp``, or ``random`` (none)."""
+def make_base_sampler(name: str, seed: int | None, startup: int) -> BaseSampler | SwapProposer | None:
+    """The Bayesian sampler behind the budget: ``swap`` (default), ``tpe``, ``gp``, or ``random`` (none)."""
+    if name == "swap":
+        return SwapProposer()  # needs no random phase: startup 0 goes from the seeds straight to it
     if name == "tpe":
         return optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True,
                                           n_startup_trials=max(1, startup))
@@ -92,12 +97,15 @@ def make_base_sampler(name: str, seed: int | None, startup: int) -> BaseSampler 
 
 
 class BudgetSampler(BaseSampler):
-    """Random-then-Bayesian sampling over masks that skip exactly ``budget.skip`` layers."""
+    """Random-then-Bayesian sampling over masks that skip exactly ``budget.skip`` layers (or, in a Pareto
+    study, each of the counts ``skips`` in turn)."""
 
-    def __init__(self, budget: Budget, base: BaseSampler | None, startup: int, seed: int | None = None,
+    def __init__(self, budget: Budget, base: BaseSampler | SwapProposer | None, startup: int,
+                 seed: int | None = None,
                  first_search_trial: int = 0, is_taken: Callable[[Mask], bool] = lambda m: False,
-                 history: int = HISTORY):
+                 history: int = HISTORY, skips: tuple[int, ...] = ()):
         self.budget, self.base, self.startup, self.seed = budget, base, startup, seed
+        self.skips = skips  # a Pareto study's skip counts, used in turn; empty: exactly budget.skip
         self.history = history
         self.first_search_trial = first_search_trial  # trials before it are the heuristic seeds
         self.is_taken = is_taken
@@ -115,29 +123,44 @@ class BudgetSampler(BaseSampler):
     def infer_relative_search_space(self, study, trial):
         return mask_space(self.budget.num_layers)
 
+    def trial_budget(self, trial_number: int) -> Budget:
+        """The budget of one trial: ``budget``, or in a Pareto study the skip counts ``skips`` in turn."""
+        if not self.skips:
+            return self.budget
+        return Budget(self.budget.num_layers, self.skips[trial_number % len(self.skips)])
+
     def sample_relative(self, study, trial, search_space):
         if "fixed_params" in trial.system_attrs:  # an enqueued mask (seed or retry): nothing to sample
             return {}
         rng = self._rng(trial)
+        budget = self.trial_budget(trial.number)
         mask: Mask | None = None
-        if self.phase(trial.number) == "bayes":
+        if self.phase(trial.number) == "bayes" and isinstance(self.base, SwapProposer):
+            mask = self.base.propose(budget, self._evaluated(study), self.is_taken, rng)
+        elif self.phase(trial.number) == "bayes":
             # The space is known (every trial holds every layer's bit): Optuna's own inference compares
             # every trial's distributions on every ask, which grows with the study.
             proposal = self.base.sample_relative(_History(study, self.history), trial,
                                                  mask_space(self.budget.num_layers))
             if len(proposal) == self.budget.num_layers:
-                mask = project(params_to_mask(proposal, self.budget.num_layers), self.budget, rng)
+                mask = project(params_to_mask(proposal, self.budget.num_layers), budget, rng)
         if mask is None:
-            mask = random_mask(self.budget, rng)
+            mask = random_mask(budget, rng)
         for _ in range(NOVELTY_TRIES):
             if not self.is_taken(mask):
                 return mask_to_params(mask)
             mask = neighbour(mask, rng)
-        return mask_to_params(self._any_untaken(rng) or mask)
+        return mask_to_params(self._any_untaken(budget, rng) or mask)
 
-    def _any_untaken(self, rng: np.random.Generator) -> Mask | None:
+    def _evaluated(self, study) -> list[tuple[Mask, float]]:
+        """(mask, cost) of every complete trial; the cost is the first objective."""
+        n = self.budget.num_layers
+        return [(params_to_mask(t.params, n), t.values[0])
+                for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))]
+
+    def _any_untaken(self, budget: Budget, rng: np.random.Generator) -> Mask | None:
         """Nearly exhausted small spaces: scan every budget mask in random order."""
-        n, k = self.budget.num_layers, self.budget.skip
+        n, k = budget.num_layers, budget.skip
         if math.comb(n, k) > ENUMERATE_LIMIT:
             return None
         combos = list(itertools.combinations(range(n), k))
@@ -152,13 +175,13 @@ class BudgetSampler(BaseSampler):
         return param_distribution.choices[0]
 
     def before_trial(self, study, trial):
-        if self.base is not None:
+        if isinstance(self.base, BaseSampler):
             self.base.before_trial(study, trial)
 
     def after_trial(self, study, trial, state, values):
-        if self.base is not None:
+        if isinstance(self.base, BaseSampler):
             self.base.after_trial(study, trial, state, values)
 
     def reseed_rng(self) -> None:
-        if self.base is not None:
+        if isinstance(self.base, BaseSampler):
             self.base.reseed_rng()

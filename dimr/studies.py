@@ -7,7 +7,9 @@ import statistics
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from dimr import pareto
 from dimr.errors import DimrError
+from dimr.routing import mask_from_key
 from dimr.search import SEEDS_ATTR, SETTINGS_ATTR
 
 
@@ -34,7 +36,7 @@ def load_study(storage: optuna.storages.BaseStorage, name: str) -> optuna.Study:
 
 
 def _row(t: FrozenTrial) -> dict:
-    return {"trial": t.number, "mask": t.user_attrs.get("mask"), "cost": t.value,
+    return {"trial": t.number, "mask": t.user_attrs.get("mask"), "cost": pareto.cost_of(t),
             "top1_agreement": t.user_attrs.get("top1_agreement"),
             "expected_acceptance": t.user_attrs.get("expected_acceptance"),
             "phase": t.user_attrs.get("phase"), "seconds": t.user_attrs.get("seconds")}
@@ -42,7 +44,7 @@ def _row(t: FrozenTrial) -> dict:
 
 def summarize(study: optuna.Study, top: int = 5) -> dict:
     trials = study.get_trials(deepcopy=False)
-    complete = sorted((t for t in trials if t.state == TrialState.COMPLETE), key=lambda t: t.value)
+    complete = sorted((t for t in trials if t.state == TrialState.COMPLETE), key=pareto.cost_of)
     counts = {s.name.lower(): 0 for s in TrialState}
     phases: dict[str, int] = {}
     for t in trials:
@@ -68,12 +70,29 @@ def summarize(study: optuna.Study, top: int = 5) -> dict:
     }
 
 
+def front_rows(study: optuna.Study) -> list[dict]:
+    """The Pareto front of cost vs kept layers (`dimr.pareto.front`), fewest kept layers first."""
+    return [{**_row(t), "skipped": mask_from_key(t.user_attrs["mask"]).count(False),
+             "kept_fraction": pareto.kept_fraction(mask_from_key(t.user_attrs["mask"]))} for t in pareto.front(study)]
+
+
+def pick_for_budget(study: optuna.Study, budget: str) -> FrozenTrial:
+    """The lowest-cost front point that skips at least ``budget`` layers; DimrError if there is none."""
+    settings = study.user_attrs.get(SETTINGS_ATTR)
+    if not settings:
+        raise DimrError(f"study {study.study_name!r} was not made by dimr; nothing to export")
+    return pareto.pick(study, budget, settings["num_layers"])
+
+
 def pick_trial(study: optuna.Study, trial: int | None = None) -> FrozenTrial:
-    """The best complete trial, or trial number ``trial`` (which must be complete)."""
+    """The best complete trial (lowest cost), or trial number ``trial`` (which must be complete)."""
     if trial is None:
+        complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if len(study.directions) > 1 and complete:  # a Pareto study: the lowest cost (the most layers kept)
+            return min(complete, key=lambda t: (pareto.cost_of(t), t.number))
         try:
             return study.best_trial
-        except ValueError:
+        except (ValueError, RuntimeError):
             raise DimrError(f"study {study.study_name!r} has no completed trial yet; run `dimr search` first") from None
     trials = {t.number: t for t in study.get_trials(deepcopy=False)}
     if trial not in trials:
@@ -99,7 +118,7 @@ def export_slim_config(study: optuna.Study, output, trial: int | None = None):
     if not output.parent.resolve().is_dir():
         raise DimrError(f"cannot write {output}: directory {output.parent} does not exist; create it")
     mask = mask_from_key(t.user_attrs["mask"])
-    metrics = {"cost": t.value, **{k: t.user_attrs[k] for k in ("top1_agreement", "expected_acceptance")
+    metrics = {"cost": pareto.cost_of(t), **{k: t.user_attrs[k] for k in ("top1_agreement", "expected_acceptance")
                                    if k in t.user_attrs}}
     from dimr.pairs import list_pairs
 

@@ -1,0 +1,559 @@
+"""Search quality: how fast each mask-search strategy approaches the exhaustive optimum.
+
+    python benchmarks/search_quality.py --pair mini --skips 3,4,6 --seeds 0,1,2,3,4
+
+1. **The cost table.** The verifier and a fixed calibration block (the pair's default, ``--num-sequences`` ×
+   ``--seq-len`` tokens) are loaded once. For every budget small enough to enumerate (C(L, k) ≤
+   ``--enumerate-limit``) every budget mask is scored once; the table (every mask's cost, plus the off-budget
+   masks the heuristics ask for) is cached in ``--cache`` under a key made of the verifier's fingerprint, a hash
+   of its weights, the calibration hash and the cost, so the heavy part runs once per model and calibration.
+2. **Replay.** Every strategy runs against the table: evaluating a mask is a look-up. For a deterministic cost
+   this is exactly what a real evaluation would return, so the trajectories are the real ones. Wall-clock is
+   reported as the strategy's own measured overhead + evaluations × the measured mean evaluation time.
+3. **Report.** Best cost after 10/20/50/100/200 evaluations (median over seeds), evaluations to come within 1%
+   and 5% of the optimum (median and worst), wall-clock; a JSON file and a convergence plot.
+
+Budgets too large to enumerate are compared with the best mask any strategy found with 10× the evaluations
+(those masks are scored for real, lazily, and cached too).
+
+Strategies (an *evaluation* is one distinct mask scored; a strategy that proposes a mask again gets the
+remembered cost for free):
+
+- ``dimr``: the real `dimr.search.Search` driver with its default options, on a temporary SQLite study;
+- ``random``: uniform masks under the budget, without repetition;
+- ``tpe``: dimr's budget sampler around Optuna's TPE (multivariate, constant liar), no heuristic seeds;
+- ``gp``: dimr's budget sampler around Optuna's GPSampler, no heuristic seeds;
+- ``self-sd``: Draft & Verify (Zhang et al., ACL 2024) as described: GP-BO over a continuous relaxation
+  x ∈ [0, 1]^L, layer i skipped iff x_i > 0.5; a thresholded mask with the wrong count is moved onto the
+  budget with the fewest flips (the paper has no exact-k budget; it scored speed);
+- ``swift``: SWIFT (Xia et al., ICLR 2025) as described: random candidates, and every 25th step a BO
+  suggestion (GP over the same relaxation) projected onto the budget by skipping the top-k x_i (its stop
+  after 300 steps without improvement never triggers within 200 evaluations);
+- heuristics, deterministic (one run, repeated for every seed): ``skip-last``; ``shortgpt`` (block
+  influence; the hidden states come with the reference forward, no evaluation); ``single-rank`` (score the L
+  single-layer skips, skip the k cheapest: L + 1 evaluations); ``greedy`` (forward selection: add to the
+  skipped set the layer with the smallest marginal cost, k times: L + (L−1) + … evaluations).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from itertools import combinations
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import numpy as np  # noqa: E402
+import optuna  # noqa: E402
+import torch  # noqa: E402
+
+from dimr import heuristics  # noqa: E402
+from dimr.budget import Budget, Mask, project, random_mask  # noqa: E402
+from dimr.routing import mask_key  # noqa: E402
+from dimr.sampler import BudgetSampler, make_base_sampler, mask_to_params, params_to_mask  # noqa: E402
+
+CHECKPOINTS = (10, 20, 50, 100, 200)
+STRATEGIES = ("dimr", "random", "tpe", "gp", "self-sd", "swift", "skip-last", "shortgpt", "single-rank", "greedy")
+SLOW = {"gp", "self-sd"}  # an ask of Optuna's GPSampler takes about a second at 100+ trials on one CPU thread
+DETERMINISTIC = {"skip-last", "shortgpt", "single-rank", "greedy"}
+SWIFT_BO_EVERY = 25
+ROOT = Path(__file__).resolve().parent.parent
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+# --- the cost table ------------------------------------------------------------------------------------------
+
+def weights_hash(model: torch.nn.Module) -> str:
+    """sha256 over every parameter's name and bytes: two checkpoints of one architecture differ here."""
+    h = hashlib.sha256()
+    for name, p in sorted(model.state_dict().items()):
+        h.update(name.encode())
+        h.update(p.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+@dataclass
+class CostTable:
+    """Every scored mask's cost for one (verifier weights, calibration, cost); ``score`` fills the gaps."""
+
+    key: str
+    num_layers: int
+    costs: dict[str, float] = field(default_factory=dict)
+    eval_seconds: list[float] = field(default_factory=list)
+    block_influence: list[float] = field(default_factory=list)
+    score: Callable[[Mask], tuple[float, float]] | None = None  # mask -> (cost, seconds)
+
+    def cost(self, mask: Mask) -> float:
+        k = mask_key(mask)
+        if k not in self.costs:
+            if self.score is None:
+                raise KeyError(f"mask {k} is not in the table and no scorer is loaded")
+            self.costs[k], seconds = self.score(mask)
+            self.eval_seconds.append(seconds)
+        return self.costs[k]
+
+    @property
+    def mean_eval_s(self) -> float:
+        return statistics.fmean(self.eval_seconds) if self.eval_seconds else float("nan")
+
+    def enumerate(self, budget: Budget) -> tuple[float, str]:
+        """Score every mask of ``budget`` (cached ones are free); return the optimum (cost, mask key)."""
+        best = (math.inf, "")
+        for skipped in combinations(range(budget.num_layers), budget.skip):
+            mask = tuple(i not in skipped for i in range(budget.num_layers))
+            best = min(best, (self.cost(mask), mask_key(mask)))
+        return best
+
+    def to_json(self) -> dict:
+        return {"num_layers": self.num_layers, "costs": self.costs, "eval_seconds": self.eval_seconds,
+                "block_influence": self.block_influence}
+
+
+def load_tables(path: Path) -> dict:
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def save_table(path: Path, table: CostTable) -> None:
+    """Merge ``table`` into the cache file (atomically; other keys, and masks another run added, are kept)."""
+    data = load_tables(path)
+    mine = table.to_json()
+    if table.key in data:
+        mine["costs"] = {**data[table.key]["costs"], **mine["costs"]}
+        if len(data[table.key]["eval_seconds"]) > len(mine["eval_seconds"]):
+            mine["eval_seconds"] = data[table.key]["eval_seconds"]
+    data[table.key] = mine
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, sort_keys=True))
+    tmp.replace(path)
+
+
+def open_table(pair_name: str, num_sequences: int, seq_len: int, cost: str, cache: Path,
+               calibration: str | None = None, pairs_file: Path | None = None) -> CostTable:
+    """The cached table for this verifier and calibration, with a live scorer behind it for missing masks."""
+    from dimr.calibration import load_calibration
+    from dimr.export import fingerprint
+    from dimr.pairs import get_pair, load_tokenizer
+    from workers import EvalSpec
+    from workers.local import MaskScorer
+
+    pair = get_pair(pair_name, pairs_file)
+    calib = load_calibration(calibration or pair.calibration, load_tokenizer(pair), num_sequences, seq_len)
+    scorer = MaskScorer(EvalSpec(pair=pair, input_ids=calib.input_ids, cost=cost, device="cpu"))
+    key = f"{fingerprint(scorer.verifier)[:16]}-{weights_hash(scorer.verifier)}-{calib.hash}-{cost}"
+    stored = load_tables(cache).get(key, {})
+    table = CostTable(key, scorer.num_layers, dict(stored.get("costs", {})), list(stored.get("eval_seconds", [])),
+                      stored.get("block_influence") or scorer.block_influence())
+
+    def score(mask: Mask) -> tuple[float, float]:
+        e = scorer.score(mask)
+        return e.cost, e.seconds
+
+    table.score = score
+    return table
+
+
+# --- replaying strategies ------------------------------------------------------------------------------------
+
+class Exhausted(Exception):
+    """The strategy used up its evaluations."""
+
+
+class Oracle:
+    """Evaluations by look-up, counted: the ``limit``-th distinct mask is the last one scored."""
+
+    def __init__(self, table: CostTable, budget: Budget, limit: int):
+        self.table, self.budget, self.limit = table, budget, limit
+        self.seen: dict[Mask, float] = {}
+        self.trace: list[tuple[Mask, float]] = []
+        self.lookup_s = 0.0
+
+    def __call__(self, mask: Mask) -> float:
+        mask = tuple(bool(b) for b in mask)
+        if mask in self.seen:
+            return self.seen[mask]
+        if len(self.trace) >= self.limit:
+            raise Exhausted
+        t0 = time.perf_counter()
+        c = self.table.cost(mask)
+        self.lookup_s += time.perf_counter() - t0
+        self.seen[mask] = c
+        self.trace.append((mask, c))
+        return c
+
+    def best_curve(self) -> list[float | None]:
+        """Best cost among the budget masks after each evaluation (None before the first one)."""
+        out, best = [], None
+        for mask, c in self.trace:
+            if self.budget.admits(mask) and (best is None or c < best):
+                best = c
+            out.append(best)
+        return out
+
+
+class LookupEvaluator:
+    """The `workers.Evaluator` interface over an Oracle: what the real driver talks to in the benchmark."""
+
+    slots = 1
+
+    def __init__(self, oracle: Oracle, influence: list[float]):
+        self.oracle, self.influence = oracle, influence
+        self.num_layers = oracle.budget.num_layers
+        self._queue: list[tuple[int, Mask]] = []
+
+    def submit(self, ticket: int, mask: Mask) -> None:
+        self._queue.append((ticket, mask))
+
+    def wait(self, timeout: float | None = None):
+        from workers.base import Evaluation
+
+        if not self._queue:
+            return []
+        ticket, mask = self._queue.pop(0)
+        c = self.oracle(mask)
+        return [(ticket, Evaluation(mask=mask, cost=c, top1_agreement=0.0, expected_acceptance=0.0, tokens=0,
+                                    seconds=0.0, worker="lookup"))]
+
+    def block_influence(self) -> list[float]:
+        return self.influence
+
+    def close(self) -> None:
+        self._queue.clear()
+
+
+def run_dimr(oracle: Oracle, influence: list[float], seed: int) -> None:
+    """The real driver with its default options (`SearchOptions()`) on a temporary SQLite study."""
+    from dimr.search import Search, SearchOptions, StudySettings
+    from storage import open_storage
+
+    b = oracle.budget
+    settings = StudySettings(pair="bench", verifier="bench", fingerprint="bench", num_layers=b.num_layers,
+                             skip=b.skip, cost="kl", calibration="bench", calibration_hash="bench",
+                             num_sequences=0, seq_len=0)
+    options = replace(SearchOptions(seed=seed), trials=min(oracle.limit, math.comb(b.num_layers, b.skip)))
+    with tempfile.TemporaryDirectory() as d:
+        storage = open_storage(f"sqlite:///{d}/bench.db")
+        Search(storage, "bench", settings, options, LookupEvaluator(oracle, influence)).run()
+        storage.engine.dispose()
+
+
+def _ask_tell(oracle: Oracle, sampler: optuna.samplers.BaseSampler) -> None:
+    study = optuna.create_study(sampler=sampler)
+    names = list(mask_to_params((True,) * oracle.budget.num_layers))
+    while True:
+        trial = study.ask()
+        mask = params_to_mask({n: trial.suggest_categorical(n, (0, 1)) for n in names}, oracle.budget.num_layers)
+        study.tell(trial, oracle(mask))
+
+
+def run_budget_sampler(oracle: Oracle, name: str, seed: int, startup: int = 10) -> None:
+    """dimr's budget sampler around ``name`` (tpe or gp) with its random phase, and no heuristic seeds."""
+    sampler = BudgetSampler(oracle.budget, make_base_sampler(name, seed, startup), startup=startup, seed=seed,
+                            is_taken=lambda m: tuple(m) in oracle.seen)
+    _ask_tell(oracle, sampler)
+
+
+def run_random(oracle: Oracle, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    while True:
+        mask = random_mask(oracle.budget, rng)
+        if mask not in oracle.seen:
+            oracle(mask)
+
+
+def _relaxed_study(oracle: Oracle, seed: int, startup: int) -> tuple[optuna.Study, dict]:
+    dists = {f"x_{i:02d}": optuna.distributions.FloatDistribution(0.0, 1.0) for i in range(oracle.budget.num_layers)}
+    sampler = optuna.samplers.GPSampler(seed=seed, n_startup_trials=startup)
+    return optuna.create_study(sampler=sampler), dists
+
+
+def _top_k(x: list[float], budget: Budget) -> Mask:
+    skipped = set(np.argsort(-np.asarray(x), kind="stable")[: budget.skip].tolist())
+    return tuple(i not in skipped for i in range(budget.num_layers))
+
+
+def run_self_sd(oracle: Oracle, seed: int, startup: int = 10) -> None:
+    """GP-BO over x ∈ [0, 1]^L; skip layer i iff x_i > 0.5; wrong counts projected with the fewest flips."""
+    study, dists = _relaxed_study(oracle, seed, startup)
+    rng = np.random.default_rng(seed)
+    for _ in range(50 * oracle.limit):  # a GP stuck on known masks would otherwise never use up its evaluations
+        trial = study.ask(dists)
+        x = [trial.params[n] for n in dists]
+        mask = project(tuple(v <= 0.5 for v in x), oracle.budget, rng)
+        study.tell(trial, oracle(mask))
+
+
+def run_swift(oracle: Oracle, seed: int) -> None:
+    """Random masks, and every 25th step a GP-BO suggestion over the relaxation, skipping its top-k x_i."""
+    study, dists = _relaxed_study(oracle, seed, startup=1)
+    rng = np.random.default_rng(seed)
+    for step in range(50 * oracle.limit):
+        if step % SWIFT_BO_EVERY == SWIFT_BO_EVERY - 1:
+            trial = study.ask(dists)
+            x = [trial.params[n] for n in dists]
+            study.tell(trial, oracle(_top_k(x, oracle.budget)))
+        else:
+            mask = random_mask(oracle.budget, rng)
+            params = {n: 0.0 if keep else 1.0 for n, keep in zip(dists, mask, strict=True)}
+            study.add_trial(optuna.trial.create_trial(params=params, distributions=dists, value=oracle(mask)))
+
+
+def _with_skipped(n: int, skipped: set[int]) -> Mask:
+    return tuple(i not in skipped for i in range(n))
+
+
+def run_heuristic(oracle: Oracle, name: str, influence: list[float]) -> None:
+    b = oracle.budget
+    if name == "skip-last":
+        oracle(heuristics.skip_last(b))
+    elif name == "shortgpt":
+        oracle(heuristics.least_influential(b, influence))
+    elif name == "single-rank":
+        single = [oracle(_with_skipped(b.num_layers, {i})) for i in range(b.num_layers)]
+        oracle(_with_skipped(b.num_layers, set(np.argsort(single, kind="stable")[: b.skip].tolist())))
+    elif name == "greedy":
+        skipped: set[int] = set()
+        for _ in range(b.skip):
+            options = [i for i in range(b.num_layers) if i not in skipped]
+            skipped.add(min(options, key=lambda i: (oracle(_with_skipped(b.num_layers, skipped | {i})), i)))
+    else:
+        raise ValueError(name)
+
+
+def run_strategy(name: str, table: CostTable, budget: Budget, seed: int, limit: int) -> dict:
+    """One run: the best-cost curve, the masks in order, and the strategy's own overhead in seconds."""
+    oracle = Oracle(table, budget, limit)
+    t0 = time.perf_counter()
+    try:
+        if name == "dimr":
+            run_dimr(oracle, table.block_influence, seed)
+        elif name == "random":
+            run_random(oracle, seed)
+        elif name in ("tpe", "gp"):
+            run_budget_sampler(oracle, name, seed)
+        elif name == "self-sd":
+            run_self_sd(oracle, seed)
+        elif name == "swift":
+            run_swift(oracle, seed)
+        else:
+            run_heuristic(oracle, name, table.block_influence)
+    except Exhausted:
+        pass
+    overhead = time.perf_counter() - t0 - oracle.lookup_s
+    return {"curve": oracle.best_curve(), "masks": [mask_key(m) for m, _ in oracle.trace],
+            "overhead_s": overhead}
+
+
+# --- the report ----------------------------------------------------------------------------------------------
+
+def evals_to_within(curve: list[float | None], target: float) -> int | None:
+    return next((i + 1 for i, c in enumerate(curve) if c is not None and c <= target), None)
+
+
+def best_after(curve: list[float | None], n: int) -> float | None:
+    return curve[min(n, len(curve)) - 1] if curve else None
+
+
+def _median(xs: list[float | None]) -> float | None:
+    """Median where None (not reached / no budget mask yet) counts as +infinity."""
+    v = statistics.median([math.inf if x is None else x for x in xs])
+    return None if math.isinf(v) else v
+
+
+def summarise(runs: dict[str, list[dict]], optimum: float, eval_s: float, limit: int) -> dict:
+    out = {}
+    for name, rs in runs.items():
+        row: dict = {"best_after": {}, "worst_after": {}}
+        for n in CHECKPOINTS:
+            if n <= limit:
+                row["best_after"][n] = _median([best_after(r["curve"], n) for r in rs])
+                worst = [best_after(r["curve"], n) for r in rs]
+                row["worst_after"][n] = None if None in worst else max(worst)
+        for pct in (1, 5):
+            hits = [evals_to_within(r["curve"], optimum * (1 + pct / 100)) for r in rs]
+            row[f"to{pct}_median"] = _median(hits)
+            row[f"to{pct}_worst"] = None if None in hits else max(hits)
+        overhead = statistics.fmean(r["overhead_s"] / max(1, len(r["curve"])) for r in rs)
+        row["overhead_ms_per_eval"] = 1000 * overhead
+        row["evaluations"] = max(len(r["curve"]) for r in rs)
+        to1 = row["to1_median"]
+        row["wall_s_to1"] = None if to1 is None else to1 * (eval_s + overhead)
+        row["wall_s_all"] = row["evaluations"] * (eval_s + overhead)
+        row["best"] = min(r["curve"][-1] for r in rs if r["curve"] and r["curve"][-1] is not None)
+        out[name] = row
+    return out
+
+
+def goal_check(summary: dict, total: int) -> dict:
+    """dimr within 1% in ≤ 10% of C(L, k) evaluations (median), and at least as good at every checkpoint."""
+    d = summary["dimr"]
+    fast = d["to1_median"] is not None and d["to1_median"] <= 0.1 * total
+    behind = []
+    for n, mine in d["best_after"].items():
+        for name, row in summary.items():
+            other = row["best_after"].get(n)
+            if name != "dimr" and other is not None and (mine is None or mine > other):
+                behind.append(f"{name}@{n}")
+    return {"within_1pct_in_10pct": fast, "never_behind": not behind, "behind": behind}
+
+
+def _fmt(x, spec=".4f") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def markdown(result: dict) -> str:
+    lines = []
+    for b in result["budgets"]:
+        opt, total = b["optimum"], b["masks"]
+        ref = "exhaustive optimum" if b["exhaustive"] else "best found with 10× the evaluations"
+        lines.append(f"\n#### skip {b['skip']} of {result['num_layers']} layers: C = {total} masks, {ref} "
+                     f"{opt:.4f} (mask `{b['optimum_mask']}`), 10% of C = {0.1 * total:.0f} evaluations\n")
+        cps = [n for n in CHECKPOINTS if n <= result["limit"]]
+        head = ["strategy", *[f"best@{n}" for n in cps], "to 1% med/worst", "to 5% med/worst",
+                "overhead ms/eval", "wall to 1%"]
+        lines.append("| " + " | ".join(head) + " |")
+        lines.append("|" + "---|" * len(head))
+        for name, row in b["summary"].items():
+            cells = [name]
+            for n in cps:
+                v = row["best_after"].get(n)
+                cells.append("-" if v is None else f"{v:.4f} ({100 * (v / opt - 1):+.1f}%)")
+            for pct in (1, 5):
+                m, w = row[f"to{pct}_median"], row[f"to{pct}_worst"]
+                never = f">{row['evaluations']}"
+                cells.append(f"{never if m is None else int(m)} / {never if w is None else w}")
+            cells.append(f"{row['overhead_ms_per_eval']:.1f}")
+            cells.append("-" if row["wall_s_to1"] is None else f"{row['wall_s_to1']:.1f} s")
+            lines.append("| " + " | ".join(cells) + " |")
+        g = b["goal"]
+        lines.append(f"\nGoal: within 1% in ≤ 10% of C: **{'yes' if g['within_1pct_in_10pct'] else 'no'}**; "
+                     f"never behind another strategy: **{'yes' if g['never_behind'] else 'no'}**"
+                     + (f" (behind: {', '.join(g['behind'])})" if g["behind"] else ""))
+    return "\n".join(lines)
+
+
+def plot(result: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    budgets = result["budgets"]
+    fig, axes = plt.subplots(1, len(budgets), figsize=(5.5 * len(budgets), 4.2), squeeze=False)
+    for ax, b in zip(axes[0], budgets, strict=True):
+        for name in b["summary"]:
+            curves = b["curves"][name]
+            n = max(len(c) for c in curves)
+            med = []
+            for i in range(n):
+                v = _median([c[min(i, len(c) - 1)] if c else None for c in curves])
+                med.append(np.nan if v is None else 100 * (v / b["optimum"] - 1))
+            style = "-" if name not in DETERMINISTIC else "--"
+            ax.plot(range(1, n + 1), med, style, label=name, lw=2.2 if name == "dimr" else 1.2,
+                    marker="o" if n == 1 else None)
+        ax.axhline(1.0, color="grey", lw=0.8, ls=":")
+        ax.axvline(0.1 * b["masks"], color="grey", lw=0.8, ls=":")
+        ax.set_xscale("log")
+        ax.set_yscale("symlog", linthresh=1.0)
+        ax.set_xlabel("evaluations")
+        ax.set_ylabel("median gap to the optimum (%)")
+        ax.set_title(f"{result['pair']}: skip {b['skip']} of {result['num_layers']} (C = {b['masks']})")
+    axes[0][-1].legend(fontsize=7, loc="upper right")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def run_budget(table: CostTable, budget: Budget, strategies: list[str], seeds: list[int], limit: int,
+               enumerate_limit: int, log: Callable[[str], None] = print, previous: dict | None = None,
+               gp_limit: int | None = None) -> dict:
+    """Every strategy on one budget; ``previous`` (this budget's earlier result) supplies the runs of the
+    strategies not in ``strategies``."""
+    gp_limit = gp_limit or limit
+    total = math.comb(budget.num_layers, budget.skip)
+    exhaustive = total <= enumerate_limit
+    if exhaustive:
+        optimum, opt_mask = table.enumerate(budget)
+    runs: dict[str, list[dict]] = {n: rs for n, rs in (previous or {}).get("runs", {}).items() if n not in strategies}
+    for name in strategies:
+        rs = []
+        for seed in seeds[:1] if name in DETERMINISTIC else seeds:
+            rs.append(run_strategy(name, table, budget, seed, gp_limit if name in SLOW else limit))
+        runs[name] = rs * (len(seeds) if name in DETERMINISTIC else 1)
+        finals = [r["curve"][-1] for r in rs if r["curve"] and r["curve"][-1] is not None]
+        overhead = statistics.fmean(r["overhead_s"] for r in rs)
+        log(f"  {name}: best {min(finals, default=None)} overhead {overhead:.1f} s/run")
+    if not exhaustive:  # the reference: the best mask any strategy found with 10x the evaluations
+        ref = [run_strategy(name, table, budget, seeds[0], 10 * limit) for name in strategies]
+        found = [(c, m) for r in ref for m, c in zip(r["masks"], r["curve"], strict=True)
+                 if c is not None and table.costs[m] == c]
+        optimum, opt_mask = min(found)
+    runs = {n: runs[n] for n in STRATEGIES if n in runs} | runs
+    summary = summarise(runs, optimum, table.mean_eval_s, limit)
+    return {"skip": budget.skip, "masks": total, "exhaustive": exhaustive, "optimum": optimum,
+            "optimum_mask": opt_mask, "summary": summary, "goal": goal_check(summary, total),
+            "curves": {n: [r["curve"] for r in rs] for n, rs in runs.items()},
+            "runs": {n: [{"curve": r["curve"], "overhead_s": r["overhead_s"]} for r in rs] for n, rs in runs.items()}}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pair", default="mini")
+    ap.add_argument("--skips", default="3,4", help="comma-separated numbers of layers to skip")
+    ap.add_argument("--seeds", default="0,1,2,3,4")
+    ap.add_argument("--strategies", default=",".join(STRATEGIES))
+    ap.add_argument("--evaluations", type=int, default=200, help="evaluations per run")
+    ap.add_argument("--gp-evaluations", type=int, default=100,
+                    help="evaluations per run of the GP-based strategies (gp, self-sd), whose asks are slow")
+    ap.add_argument("--num-sequences", type=int, default=8)
+    ap.add_argument("--seq-len", type=int, default=128)
+    ap.add_argument("--cost", default="kl")
+    ap.add_argument("--enumerate-limit", type=int, default=5000)
+    ap.add_argument("--cache", type=Path, default=ROOT / "benchmarks" / "results" / "search_quality_table.json")
+    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "search_quality.json")
+    ap.add_argument("--plot", type=Path, default=ROOT / "docs" / "search_quality.png")
+    ap.add_argument("--pairs-file", type=Path, default=None, help="TOML file with extra pairs")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--merge", action="store_true",
+                    help="rerun only --strategies; take the other strategies' runs from --out")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+
+    table = open_table(args.pair, args.num_sequences, args.seq_len, args.cost, args.cache,
+                       pairs_file=args.pairs_file)
+    seeds = [int(s) for s in args.seeds.split(",")]
+    strategies = [s for s in args.strategies.split(",") if s]
+    result = {"pair": args.pair, "num_layers": table.num_layers, "table_key": table.key, "seeds": seeds,
+              "limit": args.evaluations, "gp_limit": args.gp_evaluations, "num_sequences": args.num_sequences,
+              "seq_len": args.seq_len, "cost": args.cost, "budgets": []}
+    before = json.loads(args.out.read_text()) if args.merge and args.out.exists() else {}
+    if before and (before["table_key"], before["seeds"], before["limit"]) != (table.key, seeds, args.evaluations):
+        raise SystemExit(f"--merge: {args.out} was made with another table, seed list or --evaluations")
+    for skip in (int(s) for s in args.skips.split(",")):
+        budget = Budget(table.num_layers, skip)
+        print(f"{budget.describe()}: {math.comb(table.num_layers, skip)} masks")
+        previous = next((b for b in before.get("budgets", []) if b["skip"] == skip), None)
+        result["budgets"].append(run_budget(table, budget, strategies, seeds, args.evaluations, args.enumerate_limit,
+                                            previous=previous, gp_limit=args.gp_evaluations))
+        save_table(args.cache, table)
+    result["mean_eval_s"] = table.mean_eval_s
+    text = markdown(result)
+    print(text)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, default=str))
+    plot(result, args.plot)
+    return result
+
+
+if __name__ == "__main__":
+    main()

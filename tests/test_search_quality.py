@@ -1,0 +1,168 @@
+"""The search-quality benchmark (exhaustive optimum, strategies on the budget) and Pareto studies, on the tiny pair."""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import json
+import math
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks import search_quality as sq  # noqa: E402
+from dimr.budget import Budget  # noqa: E402
+from dimr.cli import main  # noqa: E402
+from dimr.routing import mask_from_key, mask_key  # noqa: E402
+from dimr.search import SearchOptions  # noqa: E402
+from storage import open_storage  # noqa: E402
+
+SEQS, SEQ_LEN = 2, 16
+LIMIT = 22  # greedy forward selection needs 8 + 7 + 6 evaluations to skip 3 of 8 layers
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory):
+    cache = tmp_path_factory.mktemp("sq") / "table.json"
+    t = sq.open_table("tiny-random", SEQS, SEQ_LEN, "kl", cache)
+    return t, cache
+
+
+def test_exhaustive_optimum_matches_brute_force(table, tiny_pair):
+    from dimr.calibration import load_calibration
+    from dimr.pairs import load_tokenizer
+    from workers import EvalSpec
+    from workers.local import MaskScorer
+
+    t, cache = table
+    budget = Budget(8, 2)
+    optimum, opt_mask = t.enumerate(budget)
+    sq.save_table(cache, t)
+    # brute force: an independent scorer, every mask that skips 2 of 8 layers
+    calib = load_calibration(tiny_pair.calibration, load_tokenizer(tiny_pair), SEQS, SEQ_LEN)
+    scorer = MaskScorer(EvalSpec(pair=tiny_pair, input_ids=calib.input_ids, cost="kl", device="cpu"))
+    brute = min((scorer.score(m).cost, mask_key(m)) for m in (
+        tuple(i not in s for i in range(8)) for s in itertools.combinations(range(8), 2)))
+    assert (optimum, opt_mask) == pytest.approx(brute) and opt_mask == brute[1]
+    # the cache answers by look-up alone: the same optimum with no scorer behind it
+    cached = sq.CostTable(t.key, 8, json.loads(cache.read_text())[t.key]["costs"])
+    assert cached.enumerate(budget) == (optimum, opt_mask)
+    assert len([k for k in cached.costs if k.count("0") == 2]) == math.comb(8, 2)
+
+
+@pytest.mark.parametrize("name", sq.STRATEGIES)
+def test_every_strategy_respects_the_budget(table, name):
+    t, _ = table
+    budget = Budget(8, 3)
+    run = sq.run_strategy(name, t, budget, seed=0, limit=LIMIT)
+    masks = [mask_from_key(k) for k in run["masks"]]
+    assert masks and len(set(masks)) == len(masks), "an evaluation was spent twice"
+    assert len(masks) <= LIMIT and len(run["curve"]) == len(masks)
+    answers = [m for m in masks if budget.admits(m)]
+    assert answers, f"{name} never evaluated a mask on the budget"
+    if name in ("single-rank", "greedy"):  # the profile / partial sets on the way skip fewer layers
+        assert all(m.count(False) <= budget.skip for m in masks)
+    else:
+        assert answers == masks, f"{name} evaluated masks off the budget"
+    assert run["curve"][-1] == min(t.costs[mask_key(m)] for m in answers)
+
+
+def test_report_metrics():
+    curve = [None, 5.0, 3.0, 3.0, 1.02, 1.0]
+    assert sq.evals_to_within(curve, 1.05) == 5 and sq.evals_to_within(curve, 0.5) is None
+    assert sq.best_after(curve, 3) == 3.0 and sq.best_after(curve, 100) == 1.0
+    runs = {"dimr": [{"curve": curve, "overhead_s": 0.0}] * 3, "other": [{"curve": [2.0] * 6, "overhead_s": 0.0}]}
+    s = sq.summarise(runs, 1.0, 1.0, 6)
+    assert s["dimr"]["to1_median"] == 6 and s["other"]["to1_median"] is None
+    goal = sq.goal_check({**s, "dimr": {**s["dimr"], "best_after": {2: 5.0, 5: 1.02}},
+                          "other": {**s["other"], "best_after": {2: 2.0, 5: 2.0}}}, total=60)
+    assert goal["behind"] == ["other@2"] and goal["within_1pct_in_10pct"]
+
+
+def test_cli_defaults_are_the_search_defaults():
+    from dimr.cli_search import search
+
+    params = inspect.signature(search).parameters
+    d = SearchOptions()
+    assert params["trials"].default.default == d.trials
+    assert params["startup_trials"].default.default == d.startup_trials
+    assert params["sampler"].default.default.value == d.sampler
+
+
+# --- Pareto studies ------------------------------------------------------------------------------------------
+
+def cli(capsys, *args: str) -> tuple[int, str, str]:
+    try:
+        main(list(args))
+        code = 0
+    except SystemExit as e:
+        code = e.code or 0
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+PARETO = ["search", "--pair", "tiny-random", "--objective", "pareto", "--budget", "3", "--trials", "16",
+          "--num-sequences", "2", "--seq-len", "16", "--study", "p", "--json"]
+
+
+def _dominated(p: tuple[float, float], points: list[tuple[float, float]]) -> bool:
+    return any(q[0] <= p[0] and q[1] <= p[1] and q != p for q in points)
+
+
+def test_pareto_search_show_export(capsys, tmp_path):
+    url = f"sqlite:///{tmp_path}/p.db"
+    code, out, err = cli(capsys, *PARETO, "--storage", url)
+    assert code == 0, err
+    study = optuna.load_study(study_name="p", storage=open_storage(url))
+    assert len(study.directions) == 2
+    complete = [t for t in study.get_trials() if t.state == TrialState.COMPLETE]
+    assert len(complete) == 16
+    skipped = [mask_from_key(t.user_attrs["mask"]).count(False) for t in complete]
+    assert set(skipped) == {1, 2, 3}, "a Pareto study spans every skip count up to the budget"
+    for t in complete:
+        assert t.values[1] == pytest.approx(1 - mask_from_key(t.user_attrs["mask"]).count(False) / 8)
+    points = [(t.values[0], t.values[1]) for t in complete]
+
+    code, out, _ = cli(capsys, "show", "p", "--storage", url, "--pareto", "--json")
+    front = json.loads(out)
+    assert code == 0 and front
+    assert all(not _dominated((r["cost"], r["kept_fraction"]), points) for r in front)
+    assert {r["trial"] for r in front} == {t.number for t in complete if not _dominated(
+        (t.values[0], t.values[1]), points)}
+    code, out, _ = cli(capsys, "show", "p", "--storage", url, "--pareto")
+    assert code == 0 and "Pareto front" in out
+
+    for budget, skip in (("1", 1), ("2", 2), ("3", 3), ("0.25", 2)):
+        slim = tmp_path / f"slim-{budget}.json"
+        code, out, err = cli(capsys, "export", "p", "--storage", url, "--budget", budget, "-o", str(slim))
+        assert code == 0, err
+        cfg = json.loads(slim.read_text())
+        mask = mask_from_key(cfg["mask"])
+        assert mask.count(False) >= skip, "the exported mask keeps more than the budget allows"
+        point = (cfg["metrics"]["cost"], sum(mask) / 8)
+        assert not _dominated(point, points), "the exported mask is dominated"
+        fitting = [c for (c, kept) in points if kept <= 1 - skip / 8]
+        assert cfg["metrics"]["cost"] == pytest.approx(min(fitting)), "not the lowest cost within the budget"
+
+    code, _, err = cli(capsys, "export", "p", "--storage", url, "--budget", "5", "-o", str(tmp_path / "x.json"))
+    assert code == 2 and "fits budget" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_single_objective_export_budget(capsys, tmp_path):
+    url = f"sqlite:///{tmp_path}/s.db"
+    args = [*PARETO[:3], *PARETO[5:], "--storage", url]
+    args[args.index("--trials") + 1] = "6"
+    code, out, err = cli(capsys, *args)
+    assert code == 0, err
+    best = json.loads(out)
+    code, _, err = cli(capsys, "export", "p", "--storage", url, "--budget", "3", "-o", str(tmp_path / "a.json"))
+    assert code == 0, err
+    assert json.loads((tmp_path / "a.json").read_text())["mask"] == best["best_mask"]
+    code, _, err = cli(capsys, "export", "p", "--storage", url, "--budget", "4", "-o", str(tmp_path / "b.json"))
+    assert code == 2 and "fits budget" in err
