@@ -437,6 +437,7 @@ def evaluate(model_dir: Path, data_dir: Path, quick: bool = False, seed: int = S
     """Every quality-bar number for the pair in ``model_dir`` on the files in ``data_dir``."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    torch.set_num_threads(THREADS_PER_MODEL)
     tok = AutoTokenizer.from_pretrained(model_dir / "verifier")
     draft = AutoModelForCausalLM.from_pretrained(model_dir / "draft", dtype=torch.float32).eval()
     verifier = AutoModelForCausalLM.from_pretrained(model_dir / "verifier", dtype=torch.float32).eval()
