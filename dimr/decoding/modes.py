@@ -12,7 +12,7 @@ from torch import Tensor
 
 from dimr.decoding import verify
 from dimr.decoding.proposer import Proposer
-from dimr.decoding.sampling import confidence, sample
+from dimr.decoding.sampling import confidence
 from dimr.decoding.sequence import DecodeConfig, DecodeResult, Output
 from dimr.decoding.stats import DecodeStats
 from dimr.decoding.tiers import Tier
@@ -27,7 +27,7 @@ def ar(full: Tier, prompt: Tensor, config: DecodeConfig) -> DecodeResult:
         logits = full.forward(out.ids[full.length:], keep=1)[0]
         full.crop(full.length)  # no-op, except that it bounds sliding-window caches
         out.stats.blocks += 1
-        out.emit(sample(config.sampler.probs(logits), generator), "escalated")
+        out.emit(config.sampler.draw(config.sampler.probs(logits), generator), "escalated")
     return out.result()
 
 
@@ -100,11 +100,11 @@ def via(proposer: Proposer, slim: Tier, full: Tier, prompt: Tensor, config: Deco
             out.stats.rejected += out.emit(token, "bonus" if bonus else "escalated") * (not bonus)
             kept = ids.numel() + i + n
         elif i < gamma:  # slim regeneration: its token replaces the draft's, the block ends
-            out.stats.rejected += out.emit(sample(sampler.probs(slim_logits[i]), generator), "regenerated")
+            out.stats.rejected += out.emit(sampler.draw(sampler.probs(slim_logits[i]), generator), "regenerated")
             kept = ids.numel() + i
         else:  # every drafted token accepted directly; the slim verifier adds a bonus token if confident
             if confident[gamma]:
-                out.emit(sample(sampler.probs(slim_logits[gamma]), generator), "bonus")
+                out.emit(sampler.draw(sampler.probs(slim_logits[gamma]), generator), "bonus")
             kept = ids.numel() + gamma
         slim.crop(min(kept, out.ids.numel() - 1))  # always leave the last token pending: it gives the next logits
         proposer.keep(kept)

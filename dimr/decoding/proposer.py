@@ -11,7 +11,7 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from dimr.decoding.sampling import Sampler, confidence, sample
+from dimr.decoding.sampling import Sampler, confidence
 from dimr.decoding.tiers import Tier
 
 
@@ -48,7 +48,7 @@ class ModelProposer:
             if self.tier.hidden is not None:
                 hidden.append(self.tier.hidden[-1])
             step_probs = sampler.probs(step_logits)
-            pending = sample(step_probs, generator)
+            pending = sampler.draw(step_probs, generator)
             tokens.append(pending)
             probs.append(step_probs)
             logits.append(step_logits)

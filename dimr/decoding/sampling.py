@@ -35,6 +35,10 @@ class Sampler:
             probs = top_p_filter(probs, self.top_p)
         return probs
 
+    def draw(self, probs: Tensor, generator: torch.Generator | None) -> Tensor:
+        """A token from ``probs`` ([V] → [1]): the argmax when greedy (no random draw), else :func:`sample`."""
+        return probs.argmax(-1, keepdim=True) if self.greedy else sample(probs, generator)
+
 
 def top_p_filter(probs: Tensor, top_p: float) -> Tensor:
     """Keep the smallest set of most likely tokens whose mass reaches ``top_p`` (≥ 1 token); renormalise."""
