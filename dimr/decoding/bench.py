@@ -182,6 +182,8 @@ def format_table(report: BenchReport) -> str:
                  f"slim {c['slim']:.3f}; "
                  f"{report.prompts} prompts, max {cfg.max_new_tokens} new tokens, gamma {cfg.gamma}, "
                  f"temperature {cfg.temperature}, top-p {cfg.top_p}, thresholds {cfg.thresholds}")
+    for row in report.rows:  # the same per-run summary `dimr decode --stats` prints
+        lines += ["", *row.stats.lines()]
     return "\n".join(lines)
 
 
