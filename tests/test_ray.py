@@ -95,17 +95,20 @@ def test_pool_scores_like_the_local_scorer(cluster, setup):
 
 
 class KillingPool(RayPool):
-    """The real pool; before handing ticket ``at`` out it SIGKILLs the process of the actor that gets it."""
+    """The real pool; from ticket ``at`` on, once, it SIGKILLs the process of the actor that gets the next
+    mask (`_dispatch` gives it to the first idle actor), and after that only the same actor (``victim``)."""
 
     def __init__(self, *args, at: int, **kwargs):
         super().__init__(*args, **kwargs)
-        self.at, self.killed = at, []
+        self.at, self.killed, self.victim = at, [], None
 
     def submit(self, ticket, mask):
         if ticket >= self.at and not self.killed and "idle" in self._state:
-            actor = self._actors[self._state.index("idle")]  # `_dispatch` gives the mask to this one
-            self.killed.append((ticket, ray.get(actor.pid.remote())))
-            os.kill(self.killed[-1][1], signal.SIGKILL)
+            i = self._state.index("idle")
+            if self.victim in (None, i):
+                self.victim = i
+                self.killed.append((ticket, ray.get(self._actors[i].pid.remote())))
+                os.kill(self.killed[-1][1], signal.SIGKILL)
         super().submit(ticket, mask)
 
 
@@ -132,15 +135,15 @@ def test_actor_killed_mid_trial_is_retried_then_pool_shrinks(cluster, setup, pg_
         assert pool.slots == 2 and pid not in after and len(after & before) == 1
         # out of restarts: the next kill shrinks the pool, and the study still gets its trials
         pool.at, pool.killed = len(ts), []
-        result = Search(open_storage(pg_url), "s", settings, SearchOptions(20, 4), pool).run()
-        assert result.complete == 20 and len(pool.killed) == 1
+        result = Search(open_storage(pg_url), "s", settings, SearchOptions(28, 4), pool).run()
+        assert result.complete == 28 and len(pool.killed) == 1
         for _ in range(300):  # the pool learns the actor is gone for good when its probe fails
             if pool.slots == 1:
                 break
             pool.wait(timeout=1)
         assert pool.slots == 1 and len(pool.worker_pids()) == 1
         masks = complete_masks(pg_url)
-        assert len(masks) == 20 == len(set(masks))
+        assert len(masks) == 28 == len(set(masks))
     finally:
         pool.close()
 
