@@ -101,18 +101,20 @@ def output_nll(decoder: Decoder, prompt: torch.Tensor, tokens: list[int]) -> tup
 
 def run_bench(decoder: Decoder, prompts: list[str], modes: list[str], config: DecodeConfig,
               hf: bool = True, warmup: bool = True) -> BenchReport:
-    """Decode every prompt with every mode (``ar`` first), then the assisted-generation peer."""
-    modes = ["ar"] + [m for m in modes if m != "ar"]
+    """Decode every prompt with every mode (``ar`` first) and the assisted-generation peer.
+
+    Modes are interleaved prompt by prompt, so that a change of load on a shared machine hits every row alike.
+    """
+    modes = ["ar"] + [m for m in modes if m != "ar"] + ([HF] if hf else [])
     encoded = [decoder.encode(p) for p in prompts]
-    rows = []
-    for mode in modes + ([HF] if hf else []):
-        if warmup:  # first-call allocations and lazy initialisation are not part of the measurement
+    rows = [BenchRow(mode, DecodeStats(mode, 0 if mode == "ar" else config.gamma)) for mode in modes]
+    if warmup:  # first-call allocations and lazy initialisation are not part of the measurement
+        for mode in modes:
             _decode(decoder, mode, encoded[0], replace(config, max_new_tokens=min(8, config.max_new_tokens)))
-        row = BenchRow(mode, DecodeStats(mode, 0 if mode == "ar" else config.gamma))
-        for ids in encoded:
-            tokens, stats = _decode(decoder, mode, ids, config)
+    for ids in encoded:
+        for row in rows:
+            tokens, stats = _decode(decoder, row.mode, ids, config)
             row.stats, row.outputs = row.stats.merge(stats), row.outputs + [tokens]
-        rows.append(row)
     _score(decoder, rows, encoded, config)
     ar = rows[0].stats
     full_call = ar.cpu_seconds_tier["full"] / max(ar.calls["full"], 1)
