@@ -350,7 +350,7 @@ def run_strategy(name: str, table: CostTable, budget: Budget, seed: int, limit: 
         pass
     overhead = time.perf_counter() - t0 - oracle.lookup_s
     return {"curve": oracle.best_curve(), "masks": [mask_key(m) for m, _ in oracle.trace],
-            "overhead_s": overhead}
+            "overhead_s": overhead, "limit": limit}
 
 
 # --- the report ----------------------------------------------------------------------------------------------
@@ -359,8 +359,11 @@ def evals_to_within(curve: list[float | None], target: float) -> int | None:
     return next((i + 1 for i, c in enumerate(curve) if c is not None and c <= target), None)
 
 
-def best_after(curve: list[float | None], n: int) -> float | None:
-    return curve[min(n, len(curve)) - 1] if curve else None
+def best_after(curve: list[float | None], n: int, limit: int | None = None) -> float | None:
+    """The best cost after ``n`` evaluations; None if a run cut off at ``limit`` < n never got there."""
+    if not curve or (limit is not None and limit < n and len(curve) >= limit):
+        return None
+    return curve[min(n, len(curve)) - 1]
 
 
 def _median(xs: list[float | None]) -> float | None:
@@ -375,8 +378,8 @@ def summarise(runs: dict[str, list[dict]], optimum: float, eval_s: float, limit:
         row: dict = {"best_after": {}, "worst_after": {}}
         for n in CHECKPOINTS:
             if n <= limit:
-                row["best_after"][n] = _median([best_after(r["curve"], n) for r in rs])
-                worst = [best_after(r["curve"], n) for r in rs]
+                row["best_after"][n] = _median([best_after(r["curve"], n, r.get("limit")) for r in rs])
+                worst = [best_after(r["curve"], n, r.get("limit")) for r in rs]
                 row["worst_after"][n] = None if None in worst else max(worst)
         for pct in (1, 5):
             hits = [evals_to_within(r["curve"], optimum * (1 + pct / 100)) for r in rs]
@@ -503,7 +506,7 @@ def run_budget(table: CostTable, budget: Budget, strategies: list[str], seeds: l
     return {"skip": budget.skip, "masks": total, "exhaustive": exhaustive, "optimum": optimum,
             "optimum_mask": opt_mask, "summary": summary, "goal": goal_check(summary, total),
             "curves": {n: [r["curve"] for r in rs] for n, rs in runs.items()},
-            "runs": {n: [{"curve": r["curve"], "overhead_s": r["overhead_s"]} for r in rs] for n, rs in runs.items()}}
+            "runs": {n: [{k: r[k] for k in ("curve", "overhead_s", "limit")} for r in rs] for n, rs in runs.items()}}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -524,10 +527,15 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--plot", type=Path, default=ROOT / "docs" / "search_quality.png")
     ap.add_argument("--pairs-file", type=Path, default=None, help="TOML file with extra pairs")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--combine", type=Path, nargs="+", default=None,
+                    help="no runs: merge these result files (same table and seeds; per budget, later files' "
+                    "strategies win) into --out, then print the table and draw the plot")
     ap.add_argument("--merge", action="store_true",
                     help="rerun only --strategies; take the other strategies' runs from --out")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
+    if args.combine:
+        return write_result(combine([json.loads(p.read_text()) for p in args.combine]), args.out, args.plot)
 
     table = open_table(args.pair, args.num_sequences, args.seq_len, args.cost, args.cache,
                        pairs_file=args.pairs_file)
@@ -547,12 +555,33 @@ def main(argv: list[str] | None = None) -> dict:
                                             previous=previous, gp_limit=args.gp_evaluations))
         save_table(args.cache, table)
     result["mean_eval_s"] = table.mean_eval_s
-    text = markdown(result)
-    print(text)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, default=str))
-    plot(result, args.plot)
+    return write_result(result, args.out, args.plot)
+
+
+def write_result(result: dict, out: Path, plot_path: Path) -> dict:
+    print(markdown(result))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, default=str))
+    plot(result, plot_path)
     return result
+
+
+def combine(results: list[dict]) -> dict:
+    """One result from several runs of the benchmark (e.g. one per budget, run in parallel)."""
+    first = results[0]
+    if any(r["table_key"] != first["table_key"] or r["seeds"] != first["seeds"] for r in results):
+        raise SystemExit("--combine: the results come from other tables or seed lists")
+    budgets: dict[int, dict] = {}
+    for r in results:
+        for b in r["budgets"]:
+            runs = {**budgets.get(b["skip"], {}).get("runs", {}), **b["runs"]}
+            runs = {n: runs[n] for n in STRATEGIES if n in runs} | runs
+            summary = summarise(runs, b["optimum"], r["mean_eval_s"], r["limit"])
+            budgets[b["skip"]] = {**b, "runs": runs, "summary": summary, "goal": goal_check(summary, b["masks"]),
+                                  "curves": {n: [x["curve"] for x in rs] for n, rs in runs.items()}}
+    return {**first, "gp_limit": max(r["gp_limit"] for r in results),
+            "mean_eval_s": statistics.fmean(r["mean_eval_s"] for r in results),
+            "budgets": [budgets[k] for k in sorted(budgets)]}
 
 
 if __name__ == "__main__":
