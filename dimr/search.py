@@ -29,7 +29,7 @@ from dimr.errors import DimrError
 from dimr.routing import mask_from_key, mask_key
 from dimr.sampler import BudgetSampler, make_base_sampler, mask_space, mask_to_params, params_to_mask
 from storage import MaskLedger
-from storage.batch import write_trial
+from storage.batch import beat, write_trial
 from storage.cache import StudyCache
 from storage.rdb import GRACE_S, HEARTBEAT_S
 from workers.base import Evaluation, Evaluator
@@ -285,11 +285,10 @@ class Search:
         while not stop.wait(HEARTBEAT_S / 2):
             with self._lock:
                 ids = [t._trial_id for t, _ in self._inflight.values()]
-            for trial_id in ids:
-                try:
-                    storage.record_heartbeat(trial_id)
-                except Exception:  # noqa: BLE001 - a missed beat is retried at the next tick
-                    pass
+            try:
+                beat(storage, ids)  # one statement for every trial in flight
+            except Exception:  # noqa: BLE001 - a missed beat is retried at the next tick
+                pass
 
     def run(self) -> SearchResult:
         target = self.options.trials

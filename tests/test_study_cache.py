@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import optuna
 from optuna.trial import TrialState
 
 from dimr.sampler import BIT, mask_space
 from storage import open_storage
-from storage.batch import write_trial
+from storage.batch import beat, write_trial
 from storage.cache import StudyCache
 
 
@@ -46,3 +48,25 @@ def test_write_trial_refuses_a_finished_trial(tmp_path):
     except optuna.exceptions.UpdateFinishedTrialError:
         return
     raise AssertionError("a finished trial was written")
+
+
+def test_batched_heartbeat_keeps_trials_fresh(storage_url):
+    """`beat` writes what Optuna's `record_heartbeat` writes: a beaten trial is not stale, an old one is."""
+    storage = open_storage(storage_url)
+    study = optuna.create_study(storage=StudyCache(storage), study_name="h")
+    old, fresh = study.ask(), study.ask()
+    for t in (old, fresh):
+        write_trial(study._storage, t._trial_id, user_attrs={"owner": "x"}, heartbeat=True)
+    from optuna.storages._rdb import models
+    from sqlalchemy import update
+    from sqlalchemy.orm import Session
+
+    with Session(storage.engine) as s:  # both beats an hour old
+        for t in (old, fresh):
+            row = s.query(models.TrialHeartbeatModel).filter_by(trial_id=t._trial_id).one()
+            s.execute(update(models.TrialHeartbeatModel).where(models.TrialHeartbeatModel.trial_id == t._trial_id)
+                      .values(heartbeat=row.heartbeat - timedelta(hours=1)))
+        s.commit()
+    assert set(storage._get_stale_trial_ids(study._study_id)) == {old._trial_id, fresh._trial_id}
+    beat(study._storage, [fresh._trial_id])
+    assert storage._get_stale_trial_ids(study._study_id) == [old._trial_id]
