@@ -52,10 +52,10 @@ if __name__ == "__main__":
     parser.add_argument("--pair", default="mini")
     parser.add_argument("--temperature", default="0.5")
     parser.add_argument("--head", type=Path, default=ROOT / "benchmarks" / "results" / "diversed_mini.safetensors")
-    parser.add_argument("--train-steps", default="40")
-    parser.add_argument("--n-arith", default="16")
-    parser.add_argument("--n-code", default="8")
-    parser.add_argument("--grid-points", default="2")
+    parser.add_argument("--train-steps", default="30")
+    parser.add_argument("--n-arith", default="8")
+    parser.add_argument("--n-code", default="6")
+    parser.add_argument("--grid-points", default="1")
     parser.add_argument("--out", type=Path, default=ROOT / "docs")
     parser.add_argument("--merge-only", action="store_true", help="only merge the parts already written")
     args = parser.parse_args()
@@ -66,14 +66,16 @@ if __name__ == "__main__":
         raise SystemExit(0)
     if not args.head.is_file():
         subprocess.run(dimr("diversed", "train", "--pair", args.pair, "--task", "arithmetic", "--steps",
-                            args.train_steps, "--temperature", args.temperature, "--out", str(args.head)), check=True)
+                            args.train_steps, "--temperature", args.temperature, "--reward", "exact+steps",
+                            "--out", str(args.head)), check=True)
     common = ["bench-relaxed", "--pair", args.pair, "--temperature", args.temperature, "--head", str(args.head),
-              "--grid-points", args.grid_points, "--n-arith", args.n_arith, "--n-code", args.n_code]
+              "--grid-points", args.grid_points, "--n-arith", args.n_arith, "--n-code", args.n_code,
+              "--code-tokens", "48"]
     parts = {
         "arith5": [*common, "--workloads", "arithmetic", "--gammas", "5", "--sweep-gamma", "5"],
         "code5": [*common, "--workloads", "code", "--gammas", "5", "--sweep-gamma", "5"],
         "arith38": [*common, "--workloads", "arithmetic", "--gammas", "3,8", "--sweep-gamma", "0",
-                    "--gamma-methods", "static,diversed,cactus,fuzzy,cascade"],
+                    "--gamma-methods", "static,diversed,cactus,fuzzy"],
     }
     logs = {k: open(work / f"{k}.log", "w") for k in parts}  # noqa: SIM115
     first = subprocess.Popen(dimr(*parts["arith5"], "--json-out", str(work / "arith5.json")),
