@@ -66,6 +66,7 @@ STRATEGIES = ("dimr", "random", "tpe", "gp", "self-sd", "swift", "skip-last", "s
 SLOW = {"gp", "self-sd"}  # an ask of Optuna's GPSampler takes about a second at 100+ trials on one CPU thread
 DETERMINISTIC = {"skip-last", "shortgpt", "single-rank", "greedy"}
 SWIFT_BO_EVERY = 25
+RUN_FIELDS = ("curve", "overhead_s", "limit")  # what the result file keeps of each run
 ROOT = Path(__file__).resolve().parent.parent
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -467,6 +468,7 @@ def plot(result: dict, path: Path) -> None:
         ax.axvline(0.1 * b["masks"], color="grey", lw=0.8, ls=":")
         ax.set_xscale("log")
         ax.set_yscale("symlog", linthresh=1.0)
+        ax.set_ylim(bottom=0.0)
         ax.set_xlabel("evaluations")
         ax.set_ylabel("median gap to the optimum (%)")
         ax.set_title(f"{result['pair']}: skip {b['skip']} of {result['num_layers']} (C = {b['masks']})")
@@ -506,7 +508,7 @@ def run_budget(table: CostTable, budget: Budget, strategies: list[str], seeds: l
     return {"skip": budget.skip, "masks": total, "exhaustive": exhaustive, "optimum": optimum,
             "optimum_mask": opt_mask, "summary": summary, "goal": goal_check(summary, total),
             "curves": {n: [r["curve"] for r in rs] for n, rs in runs.items()},
-            "runs": {n: [{k: r[k] for k in ("curve", "overhead_s", "limit")} for r in rs] for n, rs in runs.items()}}
+            "runs": {n: [{k: r.get(k) for k in RUN_FIELDS} for r in rs] for n, rs in runs.items()}}
 
 
 def main(argv: list[str] | None = None) -> dict:
