@@ -13,7 +13,7 @@ from dimr import zoo
 from dimr.zoo import corpus, task
 from dimr.zoo import train_mini as tm
 
-# The documented shapes (docs/mini.md).
+# The documented shapes (README, "The mini pair").
 VERIFIER_SHAPE = {"model_type": "llama", "num_hidden_layers": 12, "hidden_size": 128,
                   "intermediate_size": 384, "num_attention_heads": 4, "vocab_size": 4096}
 DRAFT_SHAPE = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 128,
