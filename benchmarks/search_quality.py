@@ -472,7 +472,7 @@ def plot(result: dict, path: Path) -> None:
         ax.set_xlabel("evaluations")
         ax.set_ylabel("median gap to the optimum (%)")
         ax.set_title(f"{result['pair']}: skip {b['skip']} of {result['num_layers']} (C = {b['masks']})")
-    axes[0][-1].legend(fontsize=7, loc="upper right")
+        ax.legend(fontsize=7, loc="upper right")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
