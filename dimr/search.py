@@ -76,7 +76,7 @@ class SearchOptions:
     """How to search; these may change between runs of one study."""
 
     trials: int = 50
-    startup_trials: int = 0  # the swap proposer needs no random phase (docs/search_quality.md); tpe/gp want ~10
+    startup_trials: int = 0  # the swap proposer needs no random phase (README, "Search quality"); tpe/gp want ~10
     sampler: str = "swap"
     seed: int | None = 0
 

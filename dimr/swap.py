@@ -9,7 +9,7 @@ sample predicts cheapest.
 
 This is BOCS (Baptista & Poloczek, ICML 2018) with an exact-k budget, its acquisition optimised over swap
 neighbourhoods (a trust region around the incumbents). Measured on the ``mini`` verifier
-(docs/search_quality.md), searching only near the best masks beats proposing the model's global optimum:
+(README, "Search quality"), searching only near the best masks beats proposing the model's global optimum:
 with a few dozen evaluations the model ranks masks near the data well and far from it poorly.
 """
 
