@@ -9,19 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from dimr.cli import main
-
-
-def cli(capsys, *args: str) -> tuple[int, str, str]:
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as e:
-        code = e.code or 0
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
+from cli_runner import cli
 
 SEARCH = ["search", "--pair", "tiny-random", "--budget", "3", "--trials", "6", "--startup-trials", "2",
           "--num-sequences", "2", "--seq-len", "16"]

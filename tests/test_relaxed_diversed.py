@@ -6,9 +6,9 @@ import json
 
 import pytest
 import torch
+from cli_runner import cli
 from test_relaxed import tiny_models
 
-from dimr.cli import main
 from dimr.errors import DimrError
 from dimr.relaxed.diversed import EnsembleHead, TrainConfig, load_head, save_head, train_head
 from dimr.relaxed.train import agreement_reward
@@ -76,14 +76,6 @@ def test_save_load_checks_fingerprints(models, tmp_path):
         load_head(tmp_path / "missing.safetensors")
 
 
-def cli(capsys, *args: str) -> tuple[int, str, str]:
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as e:
-        code = e.code or 0
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def test_cli_train_decode_bench(capsys, tmp_path, tiny_pair):

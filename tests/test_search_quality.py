@@ -11,13 +11,13 @@ from pathlib import Path
 
 import optuna
 import pytest
+from cli_runner import cli
 from optuna.trial import TrialState
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import search_quality as sq  # noqa: E402
 from dimr.budget import Budget  # noqa: E402
-from dimr.cli import main  # noqa: E402
 from dimr.routing import mask_from_key, mask_key  # noqa: E402
 from dimr.search import SearchOptions  # noqa: E402
 from storage import open_storage  # noqa: E402
@@ -96,14 +96,6 @@ def test_cli_defaults_are_the_search_defaults():
 
 # --- Pareto studies ------------------------------------------------------------------------------------------
 
-def cli(capsys, *args: str) -> tuple[int, str, str]:
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as e:
-        code = e.code or 0
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 PARETO = ["search", "--pair", "tiny-random", "--objective", "pareto", "--budget", "3", "--trials", "16",
