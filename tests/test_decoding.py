@@ -54,15 +54,6 @@ def build_pair(family: str, layers: int = 4, vocab: int = 96, head_scale: float 
     return verifier, draft
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models: one intra-op thread is faster, and far faster on a shared, busy CPU."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module", params=FAMILIES)
 def decoder(request) -> Decoder:
     verifier, draft = build_pair(request.param)

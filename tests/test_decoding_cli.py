@@ -7,18 +7,9 @@ import sys
 from dataclasses import replace
 
 import pytest
-import torch
 
 from dimr.cli import main
 from dimr.decoding import DecodeConfig, Thresholds
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

@@ -21,14 +21,6 @@ P_PASS = 1e-3  # a correct sampler fails with probability 1e-3 per test (determi
 RUNS = 600
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def broken_accept(draft_probs, tokens, targets, generator) -> verify.Verdict:
     """A classic bug: after a rejection, sample from the target itself instead of the residual (target − draft)+."""
     n, _, bonus = verify.accept(draft_probs, tokens, targets, generator)

@@ -37,14 +37,6 @@ from dimr.routing import slim_verifier
 V = 12
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def random_block(seed: int, n: int = 3, v: int = V, temperature: float = 1.0):
     """Random logits → (draft_probs [n, V], full_probs [n+1, V], Context) as the decoder would build them."""
     g = torch.Generator().manual_seed(seed)

@@ -14,14 +14,6 @@ from dimr.relaxed.diversed import EnsembleHead, TrainConfig, load_head, save_hea
 from dimr.relaxed.train import agreement_reward
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def models():
     verifier, draft = tiny_models()

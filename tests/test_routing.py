@@ -48,15 +48,6 @@ CASES = [("llama", "sdpa"), ("qwen2", "sdpa"), ("mistral", "eager"), ("gemma2", 
 MASKS = ["011011", "110101", "111110"]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Models this small only lose from intra-op threads, and more so on a shared machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module", params=CASES, ids=[f"{f}-{a}" for f, a in CASES])
 def model(request):
     family, attn = request.param
