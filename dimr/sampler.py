@@ -60,14 +60,28 @@ class _History:
         finished = [t for t in trials if t.state.is_finished()]
         if len(finished) <= self._history:
             return trials
-        complete = [t for t in finished if t.state == optuna.trial.TrialState.COMPLETE and t.value is not None]
-        sign = -1 if self._study.direction == optuna.study.StudyDirection.MAXIMIZE else 1
-        best = sorted(complete, key=lambda t: sign * t.value)[:BEST_KEPT]
+        complete = [t for t in finished if t.state == optuna.trial.TrialState.COMPLETE and t.values]
+        best = _best(complete, self._study.directions)
         keep = {t.number for t in best} | {t.number for t in finished[-(self._history - len(best)):]}
         return [t for t in trials if not t.state.is_finished() or t.number in keep]
 
     def get_trials(self, deepcopy: bool = True, states=None) -> list[FrozenTrial]:
         return self._get_trials(deepcopy=deepcopy, states=states, use_cache=True)
+
+
+def _best(trials: list[FrozenTrial], directions) -> list[FrozenTrial]:
+    """The ``BEST_KEPT`` best trials: by value, or in a multi-objective study the non-dominated ones
+    (Pareto rank 1, then rank 2, ...), each rank ordered by its first objective."""
+    signs = np.array([-1.0 if d == optuna.study.StudyDirection.MAXIMIZE else 1.0 for d in directions])
+    values = np.array([t.values for t in trials], dtype=float).reshape(len(trials), len(signs)) * signs
+    order = np.lexsort(values.T[::-1])  # by the first objective, ties by the next
+    left, best = list(order), []
+    while left and len(best) < BEST_KEPT:
+        v = values[left]
+        dominated = ((v[None, :, :] <= v[:, None, :]).all(-1) & (v[None, :, :] < v[:, None, :]).any(-1)).any(1)
+        best += [trials[i] for i, d in zip(left, dominated, strict=True) if not d]
+        left = [i for i, d in zip(left, dominated, strict=True) if d]
+    return best[:BEST_KEPT]
 
 
 def mask_space(num_layers: int) -> dict[str, CategoricalDistribution]:

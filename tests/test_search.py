@@ -10,6 +10,7 @@ import sys
 import textwrap
 import time
 
+import numpy as np
 import optuna
 import pytest
 from optuna.trial import TrialState
@@ -200,3 +201,36 @@ def test_resume_on_mysql(mysql_url, setup):
     assert second.complete == 7 and len(ev.scored) == 2
     masks = [t.user_attrs["mask"] for t in complete_trials(mysql_url)]
     assert len(set(masks)) == 7
+
+
+def test_history_keeps_the_best_and_the_recent_single_and_multi_objective():
+    """The capped view the Bayesian sampler sees: best trials (or the Pareto front) plus the latest."""
+    import optuna
+    from optuna.distributions import FloatDistribution
+    from optuna.trial import create_trial
+
+    from dimr import sampler as sm
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    rng = np.random.default_rng(0)
+    dist = {"x": FloatDistribution(0, 1)}
+    single = optuna.create_study()
+    costs = rng.permutation(200).astype(float)
+    for c in costs:
+        single.add_trial(create_trial(value=c, params={"x": 0.5}, distributions=dist))
+    seen = sm._History(single, history=60).get_trials(deepcopy=False)
+    assert len(seen) <= 60
+    assert {t.value for t in seen} >= set(range(sm.BEST_KEPT))  # the 25 lowest costs
+    assert {t.number for t in seen} >= set(range(165, 200))    # and the most recent 35
+
+    multi = optuna.create_study(directions=["minimize", "maximize"])
+    values = rng.random((200, 2))
+    for v in values:
+        multi.add_trial(create_trial(values=list(v), params={"x": 0.5}, distributions=dist))
+    seen = sm._History(multi, history=60).get_trials(deepcopy=False)
+    # Independent check of the front: no other point is <= in cost and >= in the maximised value.
+    front = [i for i, (a, b) in enumerate(values)
+             if not any((values[:, 0] <= a) & (values[:, 1] >= b) & ((values[:, 0] < a) | (values[:, 1] > b)))]
+    assert 0 < len(front) <= sm.BEST_KEPT
+    assert {t.number for t in seen} >= set(front)
+    assert len(seen) <= 60
