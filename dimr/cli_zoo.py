@@ -22,9 +22,10 @@ def register(app: typer.Typer) -> None:
         data_dir: Path = typer.Option(zoo.DATA_DIR, help="Where the evaluation files are written."),
         work: Path = typer.Option(None, help="Scratch dir for corpus and checkpoints (default: $DIMR_HOME/mini-work)."),
         seed: int = typer.Option(1234, help="Seed for data, init and batches."),
+        seed_minutes: float = typer.Option(None, help="Seed (2-layer) wall-clock budget (default in train_mini.py)."),
         verifier_minutes: float = typer.Option(None, help="Verifier wall-clock budget (default in train_mini.py)."),
         draft_minutes: float = typer.Option(None, help="Draft wall-clock budget (default in train_mini.py)."),
-        steps: int = typer.Option(None, help="Train each model for exactly this many steps instead."),
+        steps: int = typer.Option(None, help="Train each stage for exactly this many steps instead."),
         quick: bool = typer.Option(False, help="Smoke test: small data, 20 steps, small evaluation."),
     ) -> None:
         """Train the mini pair on this CPU (seeded, resumable) and evaluate it against the quality bar."""
@@ -39,6 +40,8 @@ def register(app: typer.Typer) -> None:
         cfg = tm.quick_config(output, data_dir, work, seed) if quick else tm.RunConfig(output, data_dir, work, seed)
         if steps is not None:
             cfg.steps = steps
+        if seed_minutes is not None:
+            cfg.seed_minutes = seed_minutes
         if verifier_minutes is not None:
             cfg.verifier_minutes = verifier_minutes
         if draft_minutes is not None:

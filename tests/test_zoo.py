@@ -16,7 +16,7 @@ from dimr.zoo import train_mini as tm
 # The documented shapes (README, "The mini pair").
 VERIFIER_SHAPE = {"model_type": "llama", "num_hidden_layers": 12, "hidden_size": 128,
                   "intermediate_size": 384, "num_attention_heads": 4, "vocab_size": 4096}
-DRAFT_SHAPE = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 128,
+DRAFT_SHAPE = {"model_type": "llama", "num_hidden_layers": 1, "hidden_size": 128,
                "intermediate_size": 384, "num_attention_heads": 4, "vocab_size": 4096}
 
 
@@ -199,3 +199,46 @@ def test_batches_are_deterministic(tmp_path):
     assert torch.equal(b.get(5), tm.Batches(tmp_path, seed=1).get(5))
     assert b.get(5).shape == (tm.BATCH, tm.SEQ_LEN + 1)
     assert not torch.equal(b.get(5), b.get(6))
+
+
+def test_grow_preserves_the_function_and_places_the_layers():
+    """Depth growth is exact: the grown 12-layer model gives the seed's logits, and training can move it."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    def config(layers: int) -> LlamaConfig:
+        return LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
+                           num_attention_heads=4, num_key_value_heads=4, tie_word_embeddings=True)
+
+    torch.manual_seed(0)
+    small = LlamaForCausalLM(config(2)).eval()
+    big = tm.grow(small, config(12), (0, 11)).eval()
+    ids = torch.randint(0, 64, (2, 17))
+    with torch.no_grad():
+        torch.testing.assert_close(big(input_ids=ids).logits, small(input_ids=ids).logits, rtol=0, atol=1e-5)
+    assert torch.equal(big.model.layers[11].mlp.up_proj.weight, small.model.layers[1].mlp.up_proj.weight)
+    assert not big.model.layers[5].self_attn.o_proj.weight.any()
+    assert big.model.layers[5].self_attn.q_proj.weight.any()  # new layers are random, only write-outs are zero
+    loss = big(input_ids=ids, labels=ids).loss
+    loss.backward()
+    assert big.model.layers[5].self_attn.o_proj.weight.grad.abs().sum() > 0  # so training moves them
+    with pytest.raises(ValueError):
+        tm.grow(small, config(12), (0, 0))
+
+    # The draft is cut out of the verifier: an independent copy equal to the slim verifier on those layers.
+    draft = tm.take_layers(big, config(1), (11,)).eval()
+    with torch.no_grad(), tm.skipped_layers(big, [i == 11 for i in range(12)]):
+        torch.testing.assert_close(draft(input_ids=ids).logits, big(input_ids=ids).logits, rtol=0, atol=1e-5)
+    assert draft.model.layers[0].mlp.up_proj.weight.data_ptr() != big.model.layers[11].mlp.up_proj.weight.data_ptr()
+
+
+def test_distill_loss_is_the_kl_divergence():
+    import numpy as np
+    from scipy.special import log_softmax, rel_entr
+
+    torch.manual_seed(1)
+    s, t = torch.randn(2, 3, 7, dtype=torch.float64), torch.randn(2, 3, 7, dtype=torch.float64)
+    p = np.exp(log_softmax(t.numpy(), -1))
+    q = np.exp(log_softmax(s.numpy(), -1))
+    expected = rel_entr(p, q).sum(-1).mean()
+    assert tm.distill_loss(s, t).item() == pytest.approx(expected, rel=1e-9)
+    assert tm.distill_loss(t, t).item() == pytest.approx(0.0, abs=1e-12)

@@ -1,6 +1,6 @@
 """The mini pair's synthetic verifiable task: GSM8K-like word problems with small numbers.
 
-A problem starts from a quantity (2-99) and applies one to three steps: add or take away a number
+A problem starts from a quantity (2-99) and applies one or two steps: add or take away a number
 (2-99), or add or take away ``k`` groups of ``m`` (``k, m`` in 2-9). The worked answer is a short
 chain of thought that a small model can learn: times-table facts are written whole (``3*7=21``) and
 additions/subtractions digit by digit, least significant first, carry or borrow folded into the
@@ -82,7 +82,7 @@ def make_problem(rng: random.Random) -> Problem:
     value = rng.randint(2, 99)
     sentences = [f"{name} has {value} {item}."]
     work = []
-    n_steps = rng.choice([1, 2, 2, 3])
+    n_steps = rng.choice([1, 2])
     for i in range(n_steps):
         then = "Then " if i else ""
         grouped = rng.random() < 0.4

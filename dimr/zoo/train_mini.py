@@ -1,4 +1,4 @@
-"""Train the ``mini`` pair on this CPU: one shared BPE tokenizer, a 12-layer Llama verifier, a 2-layer draft.
+"""Train the ``mini`` pair on this CPU: one shared BPE tokenizer, a 12-layer Llama verifier, a 1-layer draft.
 
 One file, nanoGPT-style: every number that shapes the models is in the block below. The run is
 seeded and resumable (each stage writes its result under the work directory and is skipped when
@@ -7,10 +7,23 @@ the result is there; training checkpoints every ``CHECKPOINT_EVERY`` steps)::
     dimr zoo train-mini                       # full run, writes dimr/zoo/mini and dimr/zoo/data
     dimr zoo train-mini --quick --output /tmp/m --data-dir /tmp/m/data   # smoke test, ~2 minutes
 
-Stages: corpus and task split -> tokenizer -> token streams -> verifier and draft trained at the same
-time in two single-thread processes -> save as safetensors + tokenizer -> evaluate -> hashes.
+Stages: corpus and task split -> tokenizer -> token streams -> three training stages, each data-parallel
+over ``WORLD`` single-thread processes:
 
-Training length is a wall-clock budget per model (the machine is shared, its speed varies): the
+1. **seed**: a 2-layer model trained from scratch with cross-entropy;
+2. **verifier**: the seed grown to 12 layers without changing its function (``grow``: its two layers at
+   ``GROW_POSITIONS``, ten new layers whose residual write-outs start at zero), then trained;
+3. **draft**: one layer cut out of the trained verifier (its layer 0, embeddings and final norm), then
+   distilled from the verifier (KL on full next-token distributions).
+
+-> save as safetensors + tokenizer -> evaluate -> hashes. Why: a 12-layer model trained from scratch
+on this CPU's few million tokens never learned to copy numbers out of a question (it stalled at 1% task
+accuracy), while a 2-layer model learns copying quickly; growing keeps what the seed learned. The
+draft has one layer: a 2-layer model already solves the task (97% on held-out problems), so it would
+leave the verifier nothing to beat; starting it from the verifier's own weights and distilling it makes
+the two agree.
+
+Training length is a wall-clock budget per stage (the machine is shared, its speed varies): the
 learning rate follows a cosine over ``progress = max(step / max_steps, elapsed / budget)``. The steps
 and tokens each model reached are recorded in ``metrics.json``; ``--steps`` runs a fixed step count
 instead, which is reproducible bit for bit on one machine.
@@ -21,7 +34,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import multiprocessing as mp
 import os
 import random
 import sys
@@ -43,8 +55,11 @@ SEQ_LEN = 256                          # training context
 BATCH = 8                              # sequences per step
 VERIFIER = dict(num_hidden_layers=12, hidden_size=128, intermediate_size=384,
                 num_attention_heads=4, num_key_value_heads=4)
-DRAFT = dict(num_hidden_layers=2, hidden_size=128, intermediate_size=384,
+SEED_SHAPE = dict(num_hidden_layers=2, hidden_size=128, intermediate_size=384,
+                  num_attention_heads=4, num_key_value_heads=4)
+DRAFT = dict(num_hidden_layers=1, hidden_size=128, intermediate_size=384,
              num_attention_heads=4, num_key_value_heads=4)
+SHAPES = {"seed": SEED_SHAPE, "verifier": VERIFIER, "draft": DRAFT}
 ROPE_THETA = 10_000.0
 LR = 3e-3
 LR_MIN_FRACTION = 0.1                  # cosine decays to LR * this
@@ -53,12 +68,17 @@ WEIGHT_DECAY = 0.1
 BETAS = (0.9, 0.95)
 GRAD_CLIP = 1.0
 TASK_SHARE = 0.5                       # fraction of training rows drawn from the task stream
-VERIFIER_MINUTES = 55.0                # wall-clock budget per model (they train side by side)
-DRAFT_MINUTES = 15.0
+SEED_MINUTES = 10.0                    # wall-clock budget per stage (seed -> verifier -> draft)
+VERIFIER_MINUTES = 46.0
+DRAFT_MINUTES = 5.0
 MAX_STEPS = 1_000_000                  # upper bound; the time budget ends training first
-THREADS_PER_MODEL = 1                  # 2 threads on a loaded 2-core box were ~7x slower (OpenMP spinning)
+WORLD = 2                              # data-parallel processes (gloo), one thread each: 1.6x one process
+THREADS_PER_MODEL = 1                  # evaluation; 2 threads on a busy 2-core box were ~7x slower
+GROW_POSITIONS = (0, 11)               # where the seed's two layers sit in the grown 12-layer verifier
+DRAFT_FROM_VERIFIER = (0,)             # verifier layers the draft starts from (with its embeddings and norm)
+STAGE_SEED_OFFSET = {"seed": 0, "verifier": 1, "draft": 2}   # each stage draws its own batches
 HELDOUT_FILE_FRACTION = 0.03           # stdlib files held out by path hash
-N_TASK_TRAIN = 60_000
+N_TASK_TRAIN = 100_000
 N_TASK_HELDOUT = 500
 TOKENIZER_TASK_DOCS = 5_000            # task documents mixed into the tokenizer's training text
 HELDOUT_CODE_CHUNK_CHARS = 2_000
@@ -83,9 +103,10 @@ class RunConfig:
     data_dir: Path
     work: Path
     seed: int = SEED
+    seed_minutes: float = SEED_MINUTES
     verifier_minutes: float = VERIFIER_MINUTES
     draft_minutes: float = DRAFT_MINUTES
-    steps: int | None = None           # fixed step count for both models (disables the time budget)
+    steps: int | None = None           # fixed step count for every stage (disables the time budget)
     quick: bool = False
     extra: dict = field(default_factory=dict)
 
@@ -258,24 +279,109 @@ def lr_at(step: int, progress: float) -> float:
     return LR * warm * (LR_MIN_FRACTION + (1 - LR_MIN_FRACTION) * cos)
 
 
-def train_model(name: str, cfg: RunConfig) -> dict:
-    """Train ``name`` ("verifier" or "draft") with checkpoints; returns its training record."""
-    from transformers import AutoTokenizer, LlamaForCausalLM
+def grow(small, config, positions: tuple[int, ...]):
+    """A deeper Llama that computes exactly ``small``'s function (function-preserving depth growth).
 
-    torch.set_num_threads(THREADS_PER_MODEL)
-    final = cfg.work / name
+    Layer ``i`` of ``small`` becomes layer ``positions[i]``; embeddings and final norm are copied. Every
+    other layer is new, with its residual write-outs (attention ``o_proj``, MLP ``down_proj``) zeroed,
+    so it adds nothing to the residual stream until training moves those weights.
+    """
+    from transformers import LlamaForCausalLM
+
+    if len(positions) != len(small.model.layers) or len(set(positions)) != len(positions):
+        raise ValueError(f"positions {positions} do not place {len(small.model.layers)} layers")
+    big = LlamaForCausalLM(config)
+    state = big.state_dict()
+    for key, value in small.state_dict().items():
+        if ".layers." in key:
+            head, rest = key.split(".layers.", 1)
+            i, tail = rest.split(".", 1)
+            key = f"{head}.layers.{positions[int(i)]}.{tail}"
+        state[key] = value.clone()
+    for j in range(len(big.model.layers)):
+        if j not in positions:
+            state[f"model.layers.{j}.self_attn.o_proj.weight"].zero_()
+            state[f"model.layers.{j}.mlp.down_proj.weight"].zero_()
+    big.load_state_dict(state)
+    return big
+
+
+def take_layers(model, config, layers: tuple[int, ...]):
+    """An independent copy of ``model`` keeping only ``layers`` (with embeddings and final norm)."""
+    from transformers import LlamaForCausalLM
+
+    small = LlamaForCausalLM(config)
+    state = small.state_dict()
+    for key in state:
+        src = key
+        if ".layers." in key:
+            head, rest = key.split(".layers.", 1)
+            i, tail = rest.split(".", 1)
+            src = f"{head}.layers.{layers[int(i)]}.{tail}"
+        state[key] = model.state_dict()[src].clone()
+    small.load_state_dict(state)
+    return small
+
+
+def init_model(name: str, cfg: RunConfig, tok):
+    """Where a stage starts: the seed from scratch, the verifier grown from the seed, the draft cut
+    out of the trained verifier (``DRAFT_FROM_VERIFIER``)."""
+    from transformers import LlamaForCausalLM
+
+    if name == "seed":
+        torch.manual_seed(cfg.seed + 1)
+        return LlamaForCausalLM(model_config(SEED_SHAPE, tok))
+    if name == "draft":
+        verifier = LlamaForCausalLM.from_pretrained(cfg.work / "verifier", dtype=torch.float32)
+        return take_layers(verifier, model_config(DRAFT, tok), DRAFT_FROM_VERIFIER)
+    seed_model = LlamaForCausalLM.from_pretrained(cfg.work / "seed", dtype=torch.float32)
+    torch.manual_seed(cfg.seed)
+    return grow(seed_model, model_config(VERIFIER, tok), GROW_POSITIONS)
+
+
+def stage_minutes(name: str, cfg: RunConfig) -> float:
+    return {"seed": cfg.seed_minutes, "verifier": cfg.verifier_minutes, "draft": cfg.draft_minutes}[name]
+
+
+def distill_loss(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
+    """Mean per-token KL(teacher || student) over the full vocabulary."""
+    v = student.size(-1)
+    return F.kl_div(F.log_softmax(student.reshape(-1, v), -1), F.log_softmax(teacher.reshape(-1, v), -1),
+                    log_target=True, reduction="batchmean")
+
+
+def train_stage(name: str, cfg: RunConfig) -> dict:
+    """Run stage ``name`` in ``WORLD`` data-parallel processes (skipped when its record exists)."""
     record_path = cfg.work / f"{name}_train.json"
-    if record_path.exists():
-        return json.loads(record_path.read_text())
+    if not record_path.exists():
+        rendezvous = cfg.work / f"{name}.rendezvous"
+        rendezvous.unlink(missing_ok=True)
+        import torch.multiprocessing as tmp
+
+        tmp.spawn(_stage_worker, args=(name, cfg), nprocs=WORLD)
+        rendezvous.unlink(missing_ok=True)
+    return json.loads(record_path.read_text())
+
+
+def _stage_worker(rank: int, name: str, cfg: RunConfig) -> None:
+    """One data-parallel rank: each step it trains on its share of the step's (deterministic) batch."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=(cfg.work / f"{name}.rendezvous").resolve().as_uri(),
+                            rank=rank, world_size=WORLD)
     tok = AutoTokenizer.from_pretrained(cfg.work / "tokenizer")
-    shape = VERIFIER if name == "verifier" else DRAFT
-    torch.manual_seed(cfg.seed + (0 if name == "verifier" else 1))
-    model = LlamaForCausalLM(model_config(shape, tok))
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    model = init_model(name, cfg, tok)
+    teacher = None
+    if name == "draft":
+        teacher = AutoModelForCausalLM.from_pretrained(cfg.work / "verifier", dtype=torch.float32).eval()
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": WEIGHT_DECAY},
                              {"params": no_decay, "weight_decay": 0.0}], lr=LR, betas=BETAS)
-    budget_s = 60 * (cfg.verifier_minutes if name == "verifier" else cfg.draft_minutes)
+    budget_s = 60 * stage_minutes(name, cfg)
     max_steps = cfg.steps or MAX_STEPS
     ckpt = cfg.work / f"{name}.ckpt"
     step, elapsed, losses = 0, 0.0, []
@@ -284,44 +390,60 @@ def train_model(name: str, cfg: RunConfig) -> dict:
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         step, elapsed, losses = state["step"], state["elapsed"], state["losses"]
-        log(f"{name}: resumed at step {step} ({elapsed / 60:.1f} min)")
-    batches = Batches(cfg.work, cfg.seed)
+        if rank == 0:
+            log(f"{name}: resumed at step {step} ({elapsed / 60:.1f} min)")
+    ddp = DistributedDataParallel(model)
+    batches = Batches(cfg.work, cfg.seed + STAGE_SEED_OFFSET[name])
     n_params = sum(p.numel() for p in model.parameters())
-    log(f"{name}: {n_params / 1e6:.2f}M params, budget {budget_s / 60:.1f} min, max {max_steps} steps")
+    if rank == 0:
+        log(f"{name}: {n_params / 1e6:.2f}M params, {len(model.model.layers)} layers, "
+            f"budget {budget_s / 60:.1f} min, max {max_steps} steps, {WORLD} processes")
     model.train()
     t0 = time.time() - elapsed
     while True:
-        progress = max(step / max_steps, 0.0 if cfg.steps else (time.time() - t0) / budget_s)
-        if progress >= 1.0:
+        # Ranks must stop on the same step: they agree on the largest progress any of them sees.
+        progress = torch.tensor([max(step / max_steps, 0.0 if cfg.steps else (time.time() - t0) / budget_s)])
+        dist.all_reduce(progress, op=dist.ReduceOp.MAX)
+        if progress.item() >= 1.0:
             break
-        lr = lr_at(step, progress)
+        lr = lr_at(step, progress.item())
         for g in opt.param_groups:
             g["lr"] = lr
-        xy = batches.get(step)
-        logits = model(input_ids=xy[:, :-1]).logits
-        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), xy[:, 1:].reshape(-1))
+        x = batches.get(step)[rank::WORLD]
+        logits = ddp(input_ids=x[:, :-1]).logits
+        if teacher is None:
+            loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), x[:, 1:].reshape(-1))
+        else:
+            with torch.no_grad():
+                target = teacher(input_ids=x[:, :-1]).logits
+            loss = distill_loss(logits, target)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        losses.append(round(loss.item(), 4))
+        mean_loss = loss.detach().clone()
+        dist.all_reduce(mean_loss)
+        losses.append(round(mean_loss.item() / WORLD, 4))
         step += 1
-        if step % 25 == 0:
+        if rank == 0 and step % 50 == 0:
             el = time.time() - t0
-            log(f"{name} step {step} loss {np.mean(losses[-25:]):.3f} lr {lr:.2e} "
+            log(f"{name} step {step} loss {np.mean(losses[-50:]):.3f} lr {lr:.2e} "
                 f"{step * BATCH * SEQ_LEN / el:.0f} tok/s {el / 60:.1f} min")
-        if step % CHECKPOINT_EVERY == 0:
+        if rank == 0 and step % CHECKPOINT_EVERY == 0:
             _checkpoint(ckpt, model, opt, step, time.time() - t0, losses)
     elapsed = time.time() - t0
-    model.save_pretrained(final)
-    tok.save_pretrained(final)
-    record = {"params": n_params, "steps": step, "tokens": step * BATCH * SEQ_LEN,
-              "minutes": round(elapsed / 60, 2), "final_train_loss": float(np.mean(losses[-50:])),
-              "shape": shape, "loss_curve_every_50": [float(np.mean(losses[i:i + 50]))
-                                                       for i in range(0, len(losses), 50)]}
-    record_path.write_text(json.dumps(record, indent=1))
-    log(f"{name}: done, {step} steps, {record['tokens'] / 1e6:.2f}M tokens, {elapsed / 60:.1f} min")
-    return record
+    if rank == 0:
+        model.save_pretrained(cfg.work / name)
+        tok.save_pretrained(cfg.work / name)
+        record = {"params": n_params, "steps": step, "tokens": step * BATCH * SEQ_LEN,
+                  "minutes": round(elapsed / 60, 2), "final_train_loss": float(np.mean(losses[-50:])),
+                  "loss": "KL(verifier || draft)" if teacher is not None else "cross-entropy",
+                  "shape": SHAPES[name],
+                  "loss_curve_every_50": [float(np.mean(losses[i:i + 50])) for i in range(0, len(losses), 50)]}
+        (cfg.work / f"{name}_train.json").write_text(json.dumps(record, indent=1))
+        log(f"{name}: done, {step} steps, {record['tokens'] / 1e6:.2f}M tokens, {elapsed / 60:.1f} min")
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 def _checkpoint(path: Path, model, opt, step: int, elapsed: float, losses: list) -> None:
@@ -329,10 +451,6 @@ def _checkpoint(path: Path, model, opt, step: int, elapsed: float, losses: list)
     torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step, "elapsed": elapsed,
                 "losses": losses}, tmp)
     os.replace(tmp, path)
-
-
-def _train_in_child(name: str, cfg: RunConfig) -> None:
-    train_model(name, cfg)
 
 
 # --- evaluation --------------------------------------------------------------------------------------
@@ -500,7 +618,7 @@ def ship(cfg: RunConfig, records: dict, data_info: dict, metrics: dict | None) -
         shutil.copytree(cfg.work / name, dst)
     pair = {"dtype": "float32", "calibration": "heldout_code.jsonl",
             "description": "small real Llama pair trained on CPU by `dimr zoo train-mini` "
-                           "(12-layer verifier, 2-layer draft, stdlib code + arithmetic word problems)"}
+                           "(12-layer verifier, 1-layer draft, stdlib code + arithmetic word problems)"}
     (cfg.output / "pair.json").write_text(json.dumps(pair, indent=1) + "\n")
     record = {"seed": cfg.seed, "quick": cfg.quick, "data": data_info, "training": records,
               "config": {k: v for k, v in globals().items() if k.isupper() and k != "SPECIALS"},
@@ -525,23 +643,22 @@ def run(cfg: RunConfig) -> dict:
     """The whole recipe; returns the evaluation. Safe to rerun: finished stages are skipped."""
     torch.set_num_threads(THREADS_PER_MODEL)
     t0 = time.time()
+    cfg.work.mkdir(parents=True, exist_ok=True)
+    clock = cfg.work / "wall_clock.json"  # first start and first finish of training, across resumes
+    times = json.loads(clock.read_text()) if clock.exists() else {"start": t0}
+    clock.write_text(json.dumps(times))
     data_info = prepare_data(cfg)
     log(f"data: {data_info}")
     tok = train_tokenizer(cfg)
     log(f"tokenizer: {len(tok)} tokens")
     token_streams(cfg, tok)
     log("token streams ready")
-    child = mp.get_context("spawn").Process(target=_train_in_child, args=("draft", cfg))
-    child.start()
-    records = {"verifier": train_model("verifier", cfg)}
-    child.join()
-    if child.exitcode != 0:
-        raise RuntimeError(f"draft training failed with exit code {child.exitcode}")
-    records["draft"] = train_model("draft", cfg)  # reads the finished record
-    train_minutes = (time.time() - t0) / 60
+    records = {name: train_stage(name, cfg) for name in ("seed", "verifier", "draft")}
+    times.setdefault("trained", time.time())
+    clock.write_text(json.dumps(times))
     ship(cfg, records, data_info, None)
     metrics = evaluate(cfg.output, cfg.data_dir, quick=cfg.quick, seed=cfg.seed)
-    metrics["wall_minutes_to_trained"] = round(train_minutes, 2)
+    metrics["wall_minutes_to_trained"] = round((times["trained"] - times["start"]) / 60, 2)
     ship(cfg, records, data_info, metrics)
     log(f"done in {(time.time() - t0) / 60:.1f} min; bar: {metrics['bar']}")
     return metrics
