@@ -311,14 +311,14 @@ def take_layers(model, config, layers: tuple[int, ...]):
     from transformers import LlamaForCausalLM
 
     small = LlamaForCausalLM(config)
-    state = small.state_dict()
+    state, source = small.state_dict(), model.state_dict()
     for key in state:
         src = key
         if ".layers." in key:
             head, rest = key.split(".layers.", 1)
             i, tail = rest.split(".", 1)
             src = f"{head}.layers.{layers[int(i)]}.{tail}"
-        state[key] = model.state_dict()[src].clone()
+        state[key] = source[src].clone()
     small.load_state_dict(state)
     return small
 
@@ -356,9 +356,9 @@ def train_stage(name: str, cfg: RunConfig) -> dict:
     if not record_path.exists():
         rendezvous = cfg.work / f"{name}.rendezvous"
         rendezvous.unlink(missing_ok=True)
-        import torch.multiprocessing as tmp
+        import torch.multiprocessing as torch_mp
 
-        tmp.spawn(_stage_worker, args=(name, cfg), nprocs=WORLD)
+        torch_mp.spawn(_stage_worker, args=(name, cfg), nprocs=WORLD)
         rendezvous.unlink(missing_ok=True)
     return json.loads(record_path.read_text())
 
