@@ -279,6 +279,15 @@ def lr_at(step: int, progress: float) -> float:
     return LR * warm * (LR_MIN_FRACTION + (1 - LR_MIN_FRACTION) * cos)
 
 
+def _renumber(key: str, index: tuple[int, ...]) -> str:
+    """A state-dict key with its layer number ``i`` replaced by ``index[i]`` (other keys unchanged)."""
+    if ".layers." not in key:
+        return key
+    head, rest = key.split(".layers.", 1)
+    i, tail = rest.split(".", 1)
+    return f"{head}.layers.{index[int(i)]}.{tail}"
+
+
 def grow(small, config, positions: tuple[int, ...]):
     """A deeper Llama that computes exactly ``small``'s function (function-preserving depth growth).
 
@@ -293,11 +302,7 @@ def grow(small, config, positions: tuple[int, ...]):
     big = LlamaForCausalLM(config)
     state = big.state_dict()
     for key, value in small.state_dict().items():
-        if ".layers." in key:
-            head, rest = key.split(".layers.", 1)
-            i, tail = rest.split(".", 1)
-            key = f"{head}.layers.{positions[int(i)]}.{tail}"
-        state[key] = value.clone()
+        state[_renumber(key, positions)] = value.clone()
     for j in range(len(big.model.layers)):
         if j not in positions:
             state[f"model.layers.{j}.self_attn.o_proj.weight"].zero_()
@@ -313,12 +318,7 @@ def take_layers(model, config, layers: tuple[int, ...]):
     small = LlamaForCausalLM(config)
     state, source = small.state_dict(), model.state_dict()
     for key in state:
-        src = key
-        if ".layers." in key:
-            head, rest = key.split(".layers.", 1)
-            i, tail = rest.split(".", 1)
-            src = f"{head}.layers.{layers[int(i)]}.{tail}"
-        state[key] = source[src].clone()
+        state[key] = source[_renumber(key, layers)].clone()
     small.load_state_dict(state)
     return small
 
