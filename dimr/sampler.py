@@ -75,6 +75,8 @@ def _best(trials: list[FrozenTrial], directions) -> list[FrozenTrial]:
     signs = np.array([-1.0 if d == optuna.study.StudyDirection.MAXIMIZE else 1.0 for d in directions])
     values = np.array([t.values for t in trials], dtype=float).reshape(len(trials), len(signs)) * signs
     order = np.lexsort(values.T[::-1])  # by the first objective, ties by the next
+    if len(signs) == 1:  # Pareto ranks of one objective are the sorted order: skip the O(n²) peeling per ask
+        return [trials[i] for i in order[:BEST_KEPT]]
     left, best = list(order), []
     while left and len(best) < BEST_KEPT:
         v = values[left]

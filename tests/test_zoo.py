@@ -246,17 +246,15 @@ def test_distill_loss_is_the_kl_divergence():
 
 def test_quick_recipe_runs_every_stage_end_to_end(tmp_path):
     """`train-mini --quick`: seed -> grown verifier -> cut and distilled draft, in 2 data-parallel processes."""
-    import json as _json
-
     cfg = tm.quick_config(tmp_path / "mini", tmp_path / "data", tmp_path / "work")
     metrics = tm.run(cfg)
     assert set(metrics["bar"]) == {"loss_gap>=0.3", "verifier_task>=0.5", "task_gap>=0.2", "agreement>=0.5"}
-    shapes = {name: _json.loads((cfg.output / name / "config.json").read_text())["num_hidden_layers"]
+    shapes = {name: json.loads((cfg.output / name / "config.json").read_text())["num_hidden_layers"]
               for name in ("verifier", "draft")}
     assert shapes == {"verifier": 12, "draft": 1}
-    records = _json.loads((cfg.output / "metrics.json").read_text())["training"]
+    records = json.loads((cfg.output / "metrics.json").read_text())["training"]
     assert [records[s]["steps"] for s in ("seed", "verifier", "draft")] == [20, 20, 20]
     assert records["draft"]["loss"].startswith("KL") and records["verifier"]["loss"] == "cross-entropy"
-    hashes = _json.loads((cfg.output / "hashes.json").read_text())
+    hashes = json.loads((cfg.output / "hashes.json").read_text())
     assert "mini/draft/model.safetensors" in hashes and "data/heldout_task.jsonl" in hashes
     assert metrics["wall_minutes_to_trained"] > 0
