@@ -11,6 +11,8 @@ period elsewhere) and their masks are retried.
 
 from __future__ import annotations
 
+import contextlib
+import math
 import os
 import socket
 import threading
@@ -29,7 +31,7 @@ from dimr.errors import DimrError
 from dimr.routing import mask_from_key, mask_key
 from dimr.sampler import BudgetSampler, make_base_sampler, mask_space, mask_to_params, params_to_mask
 from storage import MaskLedger
-from storage.batch import beat, write_trial
+from storage.batch import beat, finish_trial, write_trial
 from storage.cache import StudyCache
 from storage.rdb import GRACE_S, HEARTBEAT_S
 from workers.base import Evaluation, Evaluator
@@ -170,6 +172,7 @@ class Search:
             except optuna.exceptions.DuplicatedStudyError:
                 check_resume(stored_settings(storage, study_name), settings, study_name)
         view = StudyCache(storage) if isinstance(storage, optuna.storages.RDBStorage) else storage
+        self._one_read = view.one_read if isinstance(view, StudyCache) else contextlib.nullcontext
         self.study = optuna.create_study(storage=view, study_name=study_name, sampler=self.sampler,
                                          directions=pareto.directions(settings.objective), load_if_exists=True)
         self.ledger = MaskLedger(storage, self.study._study_id)
@@ -181,6 +184,7 @@ class Search:
         self._inflight: dict[int, tuple[optuna.trial.Trial, tuple[bool, ...]]] = {}
         self._lock = threading.Lock()
         self._next_check = 0.0
+        self._best_cost: float | None = None
         self.result = SearchResult(study_name, 0, 0, None, None, None)
 
     # -- study set-up -------------------------------------------------------------------------------
@@ -192,6 +196,7 @@ class Search:
     def _fail_dead_trials(self) -> None:
         """FAIL the RUNNING trials of dead drivers, release their masks, and queue those masks again."""
         self._next_check = time.monotonic() + CHECK_EVERY_S
+        self._note_best(self._best())
         storage = self.study._storage
         host = socket.gethostname()
         now = datetime.now()  # Optuna's datetime_start is naive local time
@@ -233,11 +238,13 @@ class Search:
         # Masks queued for a retry are not held by anyone: their WAITING trials go to the next ask.
         return c.get("complete", 0), c.get("running", 0)
 
-    def _ask(self) -> None:
-        trial = self.study.ask()
-        # What suggest_categorical would return per layer (an enqueued mask, else the sampler's), written
-        # below with the trial's attributes in one transaction instead of one commit per layer.
-        params = {**trial.relative_params, **trial._fixed_params}
+    def _ask(self) -> int:
+        """Start one trial; return the study's complete + running masks after it (all drivers)."""
+        with self._one_read():
+            trial = self.study.ask()
+            # What suggest_categorical would return per layer (an enqueued mask, else the sampler's), written
+            # below with the trial's attributes in one transaction instead of one commit per layer.
+            params = {**trial.relative_params, **trial._fixed_params}
         mask = params_to_mask(params, self.settings.num_layers)
         if mask.count(False) not in self.settings.skips:
             raise RuntimeError(f"trial {trial.number} mask {mask_key(mask)} breaks the budget")
@@ -250,20 +257,21 @@ class Search:
             # Other drivers claimed the last trials between our count and our claim: no evaluation.
             write_trial(self.study._storage, trial._trial_id, params, space, {**attrs, "over_target": True})
             self.study.tell(trial, state=TrialState.PRUNED)
-            return
+            return claim.held
         if not claim.won:
             # Another trial holds this mask (e.g. a concurrent driver enqueued the same seed): record why.
             write_trial(self.study._storage, trial._trial_id, params, space,
                         {**attrs, "duplicate_of": claim.trial_number})
             self.study.tell(trial, state=TrialState.PRUNED)
             self.result.pruned_duplicates += 1
-            return
+            return claim.held
         # With a first beat: Optuna never fails a RUNNING trial that has no heartbeat row at all.
         write_trial(self.study._storage, trial._trial_id, params, space, {**attrs, "owner": self.owner},
                     heartbeat=True)
         with self._lock:
             self._inflight[trial.number] = (trial, mask)
         self.evaluator.submit(trial.number, mask)
+        return claim.held
 
     def _tell(self, ticket: int, outcome: Evaluation | BaseException) -> None:
         with self._lock:
@@ -275,9 +283,17 @@ class Search:
             self.ledger.fail(key)
             self._next_check = 0.0  # queue the mask again before the next ask takes a new one
             return
-        write_trial(self.study._storage, trial._trial_id, user_attrs=outcome.metrics())
-        self.study.tell(trial, pareto.objective_values(self.settings.objective, outcome.cost, mask))
-        self.ledger.complete(key, outcome.cost, outcome.metrics())
+        told = pareto.objective_values(self.settings.objective, outcome.cost, mask)
+        values = told if isinstance(told, list) else [told]
+        if all(math.isfinite(v) for v in values):  # the common case: one transaction, no read-back
+            finish_trial(self.study._storage, trial._trial_id, values, outcome.metrics(),
+                         also=[self.ledger.complete_statement(key, outcome.cost, outcome.metrics())])
+            self.sampler.after_trial(self.study, trial._cached_frozen_trial, TrialState.COMPLETE, values)
+        else:  # Optuna's tell records a non-finite value as a FAIL (with its warning)
+            write_trial(self.study._storage, trial._trial_id, user_attrs=outcome.metrics())
+            self.study.tell(trial, told)
+            self.ledger.complete(key, outcome.cost, outcome.metrics())
+        self._note_best(outcome.cost)
         self.result.evaluated += 1
 
     def _heartbeat(self, stop: threading.Event) -> None:
@@ -301,10 +317,10 @@ class Search:
                 if self.evaluator.slots < 1:
                     raise DimrError("every evaluation worker is gone; check the workers' logs and run again")
                 complete, elsewhere = self._counts()
-                self.on_result(complete, target, self._best())
-                while len(self._inflight) < self.evaluator.slots and complete + elsewhere < target:
-                    self._ask()
-                    complete, elsewhere = self._counts()
+                self.on_result(complete, target, self._best_cost)
+                held = complete + elsewhere
+                while len(self._inflight) < self.evaluator.slots and held < target:
+                    held = self._ask()  # the claim counts the study's masks: no extra query per ask
                 if not self._inflight:
                     if complete >= target:
                         break
@@ -343,3 +359,8 @@ class Search:
     def _best(self) -> float | None:
         best = self._best_trial()
         return None if best is None else pareto.cost_of(best)
+
+    def _note_best(self, cost: float | None) -> None:
+        """The best cost shown while searching: this driver's results at once, other drivers' at each check."""
+        if cost is not None and (self._best_cost is None or cost < self._best_cost):
+            self._best_cost = cost

@@ -58,7 +58,8 @@ class SwapProposer:
     """Proposes the next exact-k mask from the evaluated ones (see the module docstring)."""
 
     def posterior(self, masks: Sequence[Mask], costs: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
-        """Mean and covariance of the weights given log(cost) of ``masks`` (the intercept's prior: the mean)."""
+        """Mean and covariance of the weights given log(cost) of ``masks`` (the intercept's prior: the mean).
+        The proposer draws with `sample_weights`; this closed form is what the draws are checked against."""
         x = features(masks)
         y = np.log(np.maximum(np.asarray(costs, dtype=float), 0.0) + EPS)
         y0 = y.mean()
@@ -67,6 +68,30 @@ class SwapProposer:
         mean = cov @ (x.T @ (y - y0)) / NOISE_VAR
         mean[-1] += y0
         return mean, (cov + cov.T) / 2
+
+    def sample_weights(self, masks: Sequence[Mask], costs: Sequence[float], rng: np.random.Generator) -> np.ndarray:
+        """One draw of the weights from the posterior, without forming the posterior covariance.
+
+        Matheron's rule: a prior draw w0 and noise e, corrected by the data, w = w0 + D Xᵀ (X D Xᵀ + σ²I)⁻¹
+        (y − X w0 − e), is an exact posterior draw. It costs O(n² d) with n evaluated masks, against O(d³) for
+        `posterior` with d = L(L+1)/2 + 1 features (3,241 for an 80-layer verifier). With more masks than
+        features it draws through the Cholesky factor of the precision instead."""
+        x = features(masks)
+        y = np.log(np.maximum(np.asarray(costs, dtype=float), 0.0) + EPS)
+        y0 = y.mean()
+        d = prior_variances(len(masks[0]))
+        n, dim = x.shape
+        if n < dim:
+            w0 = np.sqrt(d) * rng.standard_normal(dim)
+            e = np.sqrt(NOISE_VAR) * rng.standard_normal(n)
+            k = (x * d) @ x.T + NOISE_VAR * np.eye(n)
+            w = w0 + d * (x.T @ np.linalg.solve(k, y - y0 - x @ w0 - e))
+        else:
+            chol = np.linalg.cholesky(x.T @ x / NOISE_VAR + np.diag(1.0 / d))
+            mean = np.linalg.solve(chol.T, np.linalg.solve(chol, x.T @ (y - y0) / NOISE_VAR))
+            w = mean + np.linalg.solve(chol.T, rng.standard_normal(dim))
+        w[-1] += y0
+        return w
 
     def propose(self, budget: Budget, history: list[tuple[Mask, float]], is_taken: Callable[[Mask], bool],
                 rng: np.random.Generator) -> Mask | None:
@@ -77,14 +102,24 @@ class SwapProposer:
         history = [(m, c) for m, c in history if len(m) == budget.num_layers and np.isfinite(c)]
         if not history:
             return None
-        mean, cov = self.posterior([m for m, _ in history], [c for _, c in history])
-        weights = rng.multivariate_normal(mean, cov, method="cholesky")
+        weights = self.sample_weights([m for m, _ in history], [c for _, c in history], rng)
         seen = {m for m, _ in history}
         best = sorted((mc for mc in history if budget.admits(mc[0])), key=lambda mc: mc[1])[:TOP_MASKS]
-        pool = [m for m in dict.fromkeys(n for b, _ in best for n in swaps(b)) if m not in seen and not is_taken(m)]
-        if not pool:  # the neighbourhoods are used up (or no mask on this budget yet): look further afield
-            pool = [m for m in dict.fromkeys(random_mask(budget, rng) for _ in range(RANDOM_CANDIDATES))
-                    if m not in seen and not is_taken(m)]
-        if not pool:
-            return None
-        return pool[int(np.argmin(features(pool) @ weights))]
+        near = [m for m in dict.fromkeys(n for b, _ in best for n in swaps(b)) if m not in seen]
+        choice = _cheapest_untaken(near, weights, is_taken)
+        if choice is None:  # the neighbourhoods are used up (or no mask on this budget yet): look further afield
+            far = dict.fromkeys(random_mask(budget, rng) for _ in range(RANDOM_CANDIDATES))
+            far = [m for m in far if m not in seen]
+            choice = _cheapest_untaken(far, weights, is_taken)
+        return choice
+
+
+def _cheapest_untaken(pool: list[Mask], weights: np.ndarray, is_taken: Callable[[Mask], bool]) -> Mask | None:
+    """The pool's mask with the lowest predicted cost that no trial holds. ``is_taken`` is asked in order of
+    prediction, so it runs about once (it is a database query in the driver), not once per candidate."""
+    if not pool:
+        return None
+    for i in np.argsort(features(pool) @ weights, kind="stable"):
+        if not is_taken(pool[i]):
+            return pool[i]
+    return None

@@ -9,13 +9,15 @@ in one transaction.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 import optuna
 from optuna.distributions import BaseDistribution, distribution_to_json
 from optuna.storages._rdb import models
 from optuna.trial import TrialState
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import Executable, func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -68,4 +70,31 @@ def beat(storage: optuna.storages.BaseStorage, trial_ids: list[int]) -> None:
     with Session(rdb.engine) as s:
         now = s.execute(select(func.now())).scalar()  # the database's clock, as Optuna's own heartbeat
         s.execute(update(model).where(model.trial_id.in_(trial_ids)).values(heartbeat=now))
+        s.commit()
+
+
+def finish_trial(storage: optuna.storages.BaseStorage, trial_id: int, values: Sequence[float],
+                 user_attrs: dict[str, Any] | None = None, also: Sequence[Executable] = ()) -> None:
+    """Complete a RUNNING trial in one transaction: user attributes, objective values, state, and ``also``
+    (statements on the same database, e.g. the mask ledger's row), so the two can never disagree.
+
+    Optuna's `Study.tell` reads the trial back twice and commits values and state on their own; the caller
+    keeps what `tell` checks (finite values, one per objective). Raises
+    `optuna.exceptions.UpdateFinishedTrialError` if the trial is already finished."""
+    rdb = _backend(storage)
+    with Session(rdb.engine) as s:
+        trial = s.execute(select(models.TrialModel).where(models.TrialModel.trial_id == trial_id)
+                          .with_for_update()).scalar_one()
+        rdb.check_trial_is_updatable(trial_id, trial.state)
+        if user_attrs:
+            _upsert_user_attrs(s, rdb, trial_id, user_attrs)
+        rows = []
+        for objective, v in enumerate(values):
+            stored, kind = models.TrialValueModel.value_to_stored_repr(v)
+            rows.append({"trial_id": trial_id, "objective": objective, "value": stored, "value_type": kind})
+        s.execute(insert(models.TrialValueModel), rows)
+        trial.state = TrialState.COMPLETE
+        trial.datetime_complete = datetime.now()  # naive local time, as Optuna writes it
+        for statement in also:
+            s.execute(statement)
         s.commit()

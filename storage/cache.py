@@ -13,6 +13,9 @@ had no params yet when last read.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import optuna
 from optuna.storages._cached_storage import _CachedStorage, _StudyInfo
 from optuna.storages._rdb import models
@@ -26,8 +29,36 @@ class StudyCache(_CachedStorage):
     def __init__(self, backend: optuna.storages.RDBStorage):
         super().__init__(backend)
         self._seen: dict[int, int] = {}  # study id -> highest trial id read so far
+        self._held: set[int] | None = None  # inside `one_read`: the studies already read
+
+    @contextmanager
+    def one_read(self) -> Iterator[None]:
+        """Read each study from the database at most once in this block. One ask reads the trials twice
+        (Optuna's waiting-trial queue, then the sampler); the second read would only find what other
+        drivers did in the milliseconds between, which the next ask sees anyway."""
+        self._held = set()
+        try:
+            yield
+        finally:
+            self._held = None
+
+    def get_trial(self, trial_id: int) -> optuna.trial.FrozenTrial:
+        """Inside `one_read`, an unfinished trial comes from the cache too: `Study.ask` reads the trial it
+        has just created (or taken from the queue) back from the database, six queries, to build its
+        `Trial` from the same params and attributes the cache already holds."""
+        if self._held is not None:
+            with self._lock:
+                where = self._trial_id_to_study_id_and_number.get(trial_id)
+                if where is not None:
+                    return self._studies[where[0]].trials[where[1]]
+        return super().get_trial(trial_id)
 
     def _read_trials_from_remote_storage(self, study_id: int) -> None:
+        held = self._held
+        if held is not None:
+            if study_id in held:
+                return
+            held.add(study_id)
         with self._lock:
             study = self._studies.setdefault(study_id, _StudyInfo())
             stale: set[int] = set()

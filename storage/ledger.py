@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 
 import optuna
 from optuna.storages._rdb import models
-from sqlalchemy import DateTime, Float, Integer, String, Text, UniqueConstraint, func, select, update
+from sqlalchemy import DateTime, Float, Integer, String, Text, UniqueConstraint, Update, func, select, update
 from sqlalchemy.exc import IntegrityError, ProgrammingError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
@@ -47,6 +47,7 @@ class Claim:
     state: str
     trial_number: int
     cost: float | None = None
+    held: int | None = None  # with a limit: complete + running masks of the study after this claim
 
 
 def _now() -> datetime:
@@ -106,24 +107,31 @@ class MaskLedger:
                 if row is not None and row.state == "retry":
                     row.state, row.updated = "failed", _now()
                 s.commit()
-                return Claim(False, "full", row.trial_number if row else -1)
+                return Claim(False, "full", row.trial_number if row else -1, held=held)
             if row is None:
                 s.add(MaskRow(study_id=self.study_id, mask_key=mask_key, state="running",
                               trial_number=trial_number, owner=owner, updated=_now()))
             elif row.state in ("failed", "retry"):
                 row.state, row.trial_number, row.owner, row.updated = "running", trial_number, owner, _now()
             else:
-                return Claim(False, row.state, row.trial_number, row.cost)
+                return Claim(False, row.state, row.trial_number, row.cost, held=held)
             try:
                 s.commit()
             except IntegrityError:  # an unlimited claim of the same mask got in first
                 s.rollback()
                 row = self._row(s, mask_key)
-                return Claim(False, row.state, row.trial_number, row.cost)
-            return Claim(True, "running", trial_number)
+                return Claim(False, row.state, row.trial_number, row.cost, held=held)
+            return Claim(True, "running", trial_number, held=held + 1)
 
     def complete(self, mask_key: str, cost: float, metrics: dict) -> None:
-        self._set(mask_key, state="complete", cost=cost, metrics=json.dumps(metrics))
+        with Session(self.engine) as s:
+            s.execute(self.complete_statement(mask_key, cost, metrics))
+            s.commit()
+
+    def complete_statement(self, mask_key: str, cost: float, metrics: dict) -> Update:
+        """The statement that records a mask as complete, to run in another transaction of this database
+        (`storage.batch.finish_trial` commits it with the trial's result)."""
+        return self._update(mask_key, state="complete", cost=cost, metrics=json.dumps(metrics))
 
     def fail(self, mask_key: str) -> None:
         self._set(mask_key, state="failed")
@@ -176,8 +184,11 @@ class MaskLedger:
         return s.execute(select(MaskRow).where(MaskRow.study_id == self.study_id,
                                                MaskRow.mask_key == mask_key)).scalar_one_or_none()
 
+    def _update(self, mask_key: str, **values) -> Update:
+        return (update(MaskRow).where(MaskRow.study_id == self.study_id, MaskRow.mask_key == mask_key)
+                .values(updated=_now(), **values))
+
     def _set(self, mask_key: str, **values) -> None:
         with Session(self.engine) as s:
-            s.execute(update(MaskRow).where(MaskRow.study_id == self.study_id, MaskRow.mask_key == mask_key)
-                      .values(updated=_now(), **values))
+            s.execute(self._update(mask_key, **values))
             s.commit()

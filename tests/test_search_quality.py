@@ -72,6 +72,18 @@ def test_every_strategy_respects_the_budget(table, name):
     assert run["curve"][-1] == min(t.costs[mask_key(m)] for m in answers)
 
 
+def test_budget_too_large_to_enumerate_uses_ten_times_the_evaluations(tmp_path):
+    t = sq.open_table("tiny-random", SEQS, SEQ_LEN, "kl", tmp_path / "table.json")
+    budget = Budget(8, 3)
+    b = sq.run_budget(t, budget, ["dimr", "random", "gp"], seeds=[0, 1], limit=4, enumerate_limit=10,
+                      log=lambda _: None)
+    assert not b["exhaustive"] and b["masks"] == 56
+    scored = {k: c for k, c in t.costs.items() if budget.admits(mask_from_key(k))}
+    assert len(scored) >= 10 * 4  # random's 10x run scored 40 distinct budget masks, the gp runs 4 each
+    assert (b["optimum"], b["optimum_mask"]) == min((c, k) for k, c in scored.items())
+    assert b["optimum"] >= t.enumerate(budget)[0]
+
+
 def test_report_metrics():
     curve = [None, 5.0, 3.0, 3.0, 1.02, 1.0]
     assert sq.evals_to_within(curve, 1.05) == 5 and sq.evals_to_within(curve, 0.5) is None

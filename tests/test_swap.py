@@ -1,0 +1,97 @@
+"""The swap proposer's model: its posterior against an independent computation, its posterior draws in
+distribution, and its proposals on the budget."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import scipy.linalg
+
+from dimr import swap
+from dimr.budget import Budget, random_mask
+
+
+def _independent_features(mask: tuple[bool, ...]) -> list[float]:
+    z = [0.0 if keep else 1.0 for keep in mask]
+    return z + [z[i] * z[j] for i, j in itertools.combinations(range(len(z)), 2)] + [1.0]
+
+
+def _data(n: int, layers: int, seed: int):
+    rng = np.random.default_rng(seed)
+    masks = [random_mask(Budget(layers, 2), rng) for _ in range(n)]
+    costs = list(rng.lognormal(-3.0, 1.0, n))
+    return masks, costs
+
+
+def _reference_posterior(masks, costs):
+    x = np.array([_independent_features(m) for m in masks])
+    y = np.log(np.asarray(costs) + swap.EPS)
+    layers = len(masks[0])
+    prior = np.array([swap.LAYER_PRIOR_VAR] * layers + [swap.PAIR_PRIOR_VAR] * (layers * (layers - 1) // 2) + [1.0])
+    precision = x.T @ x / swap.NOISE_VAR + np.diag(1.0 / prior)
+    cov = scipy.linalg.inv(precision)
+    mean = scipy.linalg.solve(precision, x.T @ (y - y.mean()) / swap.NOISE_VAR, assume_a="pos")
+    mean[-1] += y.mean()
+    return mean, cov
+
+
+def test_posterior_matches_an_independent_computation():
+    masks, costs = _data(12, 6, seed=0)
+    mean, cov = swap.SwapProposer().posterior(masks, costs)
+    ref_mean, ref_cov = _reference_posterior(masks, costs)
+    np.testing.assert_allclose(mean, ref_mean, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(cov, ref_cov, rtol=1e-8, atol=1e-12)
+
+
+@pytest.mark.parametrize("n", [5, 40], ids=["fewer-masks-than-features", "more-masks-than-features"])
+def test_weight_draws_follow_the_posterior(n):
+    """5 masks of 4 layers (11 features): Matheron's rule; 40 masks: the precision's Cholesky factor."""
+    masks, costs = _data(n, 4, seed=n)
+    mean, cov = _reference_posterior(masks, costs)
+    rng = np.random.default_rng(1)
+    draws = np.array([swap.SwapProposer().sample_weights(masks, costs, rng) for _ in range(6000)])
+    se = np.sqrt(np.diag(cov) / len(draws))
+    assert np.all(np.abs(draws.mean(0) - mean) < 5 * se)
+    emp = np.cov(draws.T)
+    assert np.linalg.norm(emp - cov) / np.linalg.norm(cov) < 0.08
+
+
+def test_a_wrong_draw_is_caught():
+    """The same check fails a draw that forgets to correct the prior sample (w0 enters, X w0 is not taken off):
+    right mean, far too wide."""
+    masks, costs = _data(5, 4, seed=5)
+    mean, cov = _reference_posterior(masks, costs)
+    rng = np.random.default_rng(1)
+    x = np.array([_independent_features(m) for m in masks])
+    y = np.log(np.asarray(costs) + swap.EPS)
+    d = np.ones(x.shape[1])  # the prior variances (all 1.0)
+    k = (x * d) @ x.T + swap.NOISE_VAR * np.eye(len(x))
+    draws = []
+    for _ in range(3000):
+        w0 = np.sqrt(d) * rng.standard_normal(len(d))
+        e = np.sqrt(swap.NOISE_VAR) * rng.standard_normal(len(x))
+        w = w0 + d * (x.T @ np.linalg.solve(k, y - y.mean() - e))
+        w[-1] += y.mean()
+        draws.append(w)
+    emp = np.cov(np.array(draws).T)
+    assert np.linalg.norm(emp - cov) / np.linalg.norm(cov) > 0.08
+
+
+def test_proposals_are_untaken_budget_masks_and_ask_the_ledger_little():
+    budget = Budget(10, 3)
+    _, costs = _data(15, 10, seed=3)
+    masks = [random_mask(budget, np.random.default_rng(i)) for i in range(15)]
+    history = list(zip(masks, costs, strict=True))
+    asked: list = []
+    first = swap.SwapProposer().propose(budget, history, lambda m: False, np.random.default_rng(7))
+    assert budget.admits(first) and first not in masks
+
+    def taken(m):
+        asked.append(m)
+        return m == first
+
+    second = swap.SwapProposer().propose(budget, history, taken, np.random.default_rng(7))
+    assert budget.admits(second) and second not in masks and second != first
+    assert asked[0] == first and len(asked) == 2  # the same draw: its favourite is taken, the runner-up is not
