@@ -12,6 +12,7 @@ behind the real `RayPool`; only the actor body is synthetic. Printed side by sid
 
     python benchmarks/scale.py                     # 32 and 64 workers, 1000 trials each, 1 s latency
     python benchmarks/scale.py --workers 8 --trials 200 --latency 0.5
+    python benchmarks/scale.py --workers 64 --samplers tpe swap   # also dimr's default sampler
 """
 
 from __future__ import annotations
@@ -100,7 +101,7 @@ class TimedSearch(Search):
         self.done_at: list[float] = []  # monotonic time of each completion
         self.busy = {"ask": 0.0, "tell": 0.0, "check": 0.0}
         self._sampler_s = 0.0
-        base = self.sampler.base
+        base = self.sampler  # dimr's budget sampler, around TPE or the swap proposer
         inner = base.sample_relative
 
         def timed(study, trial, space):
@@ -221,7 +222,7 @@ class Slots:
         pass
 
 
-def run_one(pool: RayPool, workers: int, trials: int, latency: float, skip: int) -> dict:
+def run_one(pool: RayPool, workers: int, trials: int, latency: float, skip: int, sampler: str = "tpe") -> dict:
     url, drop = fresh_database()
     try:
         storage = open_storage(url)
@@ -230,7 +231,8 @@ def run_one(pool: RayPool, workers: int, trials: int, latency: float, skip: int)
         settings = StudySettings(pair="synthetic", verifier="synthetic", fingerprint="-",
                                  num_layers=layers, skip=skip, cost="kl", calibration="-",
                                  calibration_hash="-", num_sequences=0, seq_len=0)
-        search = TimedSearch(storage, "scale", settings, SearchOptions(trials, 10, "tpe", 0), Slots(pool, workers))
+        options = SearchOptions(trials, 0 if sampler == "swap" else 10, sampler, 0)
+        search = TimedSearch(storage, "scale", settings, options, Slots(pool, workers))
         sql0 = clock.seconds
         pg0 = _pg_cpu(url)
         t0, cpu0 = time.monotonic(), time.thread_time()
@@ -244,7 +246,7 @@ def run_one(pool: RayPool, workers: int, trials: int, latency: float, skip: int)
     lo, hi = min(100, n // 10) or 1, max(1, n - workers)
     steady = _rate(search.done_at, lo, hi)
     ideal = workers / latency
-    out = {"workers": workers, "trials": n, "wall_s": wall, "ideal": ideal, "end_to_end": n / wall,
+    out = {"sampler": sampler, "workers": workers, "trials": n, "wall_s": wall, "ideal": ideal, "end_to_end": n / wall,
            "steady": steady, "overhead": (ideal / steady - 1) if steady else None,
            "sql_ms_per_trial": 1e3 * (clock.seconds - sql0) / n, "sql_per_trial": clock.statements / n,
            "db_share": (clock.seconds - sql0) / wall, "busy_share": sum(search.busy.values()) / wall,
@@ -264,6 +266,7 @@ def _f(x, spec: str) -> str:
 
 def print_table(rows: list[dict], latency: float, file=None) -> None:
     lines = [
+        ("sampler", lambda r: r.get("sampler", "tpe")),
         ("workers", lambda r: str(r["workers"])),
         ("completed trials", lambda r: str(r["trials"])),
         (f"ideal trials/s (workers / {latency:g} s)", lambda r: _f(r["ideal"], ".1f")),
@@ -302,6 +305,8 @@ def main() -> None:
     ap.add_argument("--latency", type=float, default=1.0)
     ap.add_argument("--layers", type=int, default=32)
     ap.add_argument("--skip", type=int, default=8)
+    ap.add_argument("--samplers", nargs="+", default=["tpe"], choices=["tpe", "swap", "random"],
+                    help="tpe: the issue's TPE with constant liar; swap: dimr's default")
     args = ap.parse_args()
     local = LocalRay(num_cpus=os.cpu_count() or 1)
     try:
@@ -312,9 +317,10 @@ def main() -> None:
                        max_restarts=0)
         print(f"# {pool.slots} actors up in {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
         rows = []
-        for w in args.workers:
-            rows.append(run_one(pool, w, args.trials, args.latency, args.skip))
-            print(f"# {w} workers done in {rows[-1]['wall_s']:.1f} s", file=sys.stderr, flush=True)
+        for sampler in args.samplers:
+            for w in args.workers:
+                rows.append(run_one(pool, w, args.trials, args.latency, args.skip, sampler))
+                print(f"# {sampler}, {w} workers done in {rows[-1]['wall_s']:.1f} s", file=sys.stderr, flush=True)
             print_table(rows, args.latency, file=sys.stderr)  # partial results, in case of a long run
         pool.close()
     finally:
