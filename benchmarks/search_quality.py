@@ -394,7 +394,7 @@ def summarise(runs: dict[str, list[dict]], optimum: float, eval_s: float, limit:
         to1 = row["to1_median"]
         row["wall_s_to1"] = None if to1 is None else to1 * (eval_s + overhead)
         row["wall_s_all"] = row["evaluations"] * (eval_s + overhead)
-        row["best"] = min(r["curve"][-1] for r in rs if r["curve"] and r["curve"][-1] is not None)
+        row["best"] = min((r["curve"][-1] for r in rs if r["curve"] and r["curve"][-1] is not None), default=None)
         out[name] = row
     return out
 
@@ -557,9 +557,11 @@ def main(argv: list[str] | None = None) -> dict:
         budget = Budget(table.num_layers, skip)
         print(f"{budget.describe()}: {math.comb(table.num_layers, skip)} masks")
         previous = next((b for b in before.get("budgets", []) if b["skip"] == skip), None)
-        result["budgets"].append(run_budget(table, budget, strategies, seeds, args.evaluations, args.enumerate_limit,
-                                            previous=previous, gp_limit=args.gp_evaluations))
-        save_table(args.cache, table)
+        try:
+            result["budgets"].append(run_budget(table, budget, strategies, seeds, args.evaluations,
+                                                args.enumerate_limit, previous=previous, gp_limit=args.gp_evaluations))
+        finally:  # what was scored is kept, even if the run stops
+            save_table(args.cache, table)
     result["mean_eval_s"] = table.mean_eval_s
     return write_result(result, args.out, args.plot)
 

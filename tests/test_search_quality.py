@@ -88,9 +88,15 @@ def test_report_metrics():
     curve = [None, 5.0, 3.0, 3.0, 1.02, 1.0]
     assert sq.evals_to_within(curve, 1.05) == 5 and sq.evals_to_within(curve, 0.5) is None
     assert sq.best_after(curve, 3) == 3.0 and sq.best_after(curve, 100) == 1.0
-    runs = {"dimr": [{"curve": curve, "overhead_s": 0.0}] * 3, "other": [{"curve": [2.0] * 6, "overhead_s": 0.0}]}
+    runs = {"dimr": [{"curve": curve, "overhead_s": 0.0}] * 3, "other": [{"curve": [2.0] * 6, "overhead_s": 0.0}],
+            "greedy": [{"curve": [None] * 6, "overhead_s": 0.0}]}  # never reached a mask on the budget
     s = sq.summarise(runs, 1.0, 1.0, 6)
     assert s["dimr"]["to1_median"] == 6 and s["other"]["to1_median"] is None
+    assert s["greedy"]["best"] is None and s["greedy"]["to5_median"] is None
+    budget = {"skip": 1, "masks": 60, "optimum": 1.0, "optimum_mask": "0", "exhaustive": True, "summary": s,
+              "goal": sq.goal_check(s, 60)}
+    table = sq.markdown({"budgets": [budget], "pair": "t", "num_layers": 6, "limit": 6, "gp_limit": 6})
+    assert "| greedy | >6 / >6 |" in table
     goal = sq.goal_check({**s, "dimr": {**s["dimr"], "best_after": {2: 5.0, 5: 1.02}},
                           "other": {**s["other"], "best_after": {2: 2.0, 5: 2.0}}}, total=60)
     assert goal["behind"] == ["other@2"] and goal["within_1pct_in_10pct"]
