@@ -113,13 +113,14 @@ class TimedSearch(Search):
 
         base.sample_relative = timed
 
-    def _ask(self) -> None:
+    def _ask(self) -> int:
         self._sampler_s = 0.0
         t = time.perf_counter()
-        super()._ask()
+        held = super()._ask()
         dt = time.perf_counter() - t
         self.busy["ask"] += dt
         self.asks.append((self.result.evaluated, dt, self._sampler_s))
+        return held
 
     def _tell(self, ticket, outcome) -> None:
         t = time.perf_counter()

@@ -125,6 +125,7 @@ class BudgetSampler(BaseSampler):
         self.history = history
         self.first_search_trial = first_search_trial  # trials before it are the heuristic seeds
         self.is_taken = is_taken
+        self._masks: dict[int, Mask] = {}  # trial number -> mask of a complete trial
 
     def _rng(self, trial: FrozenTrial) -> np.random.Generator:
         return np.random.default_rng([self.seed if self.seed is not None else 0, trial.number])
@@ -169,10 +170,15 @@ class BudgetSampler(BaseSampler):
         return mask_to_params(self._any_untaken(budget, rng) or mask)
 
     def _evaluated(self, study) -> list[tuple[Mask, float]]:
-        """(mask, cost) of every complete trial; the cost is the first objective."""
-        n = self.budget.num_layers
-        return [(params_to_mask(t.params, n), t.values[0])
-                for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))]
+        """(mask, cost) of the complete trials the capped history shows (the best and the most recent, like
+        the wrapped samplers': the swap model's fit is O(n²) in them); the cost is the first objective."""
+        n, out = self.budget.num_layers, []
+        complete = _History(study, self.history).get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+        for t in complete:
+            if t.number not in self._masks:  # a complete trial never changes: parse its params once
+                self._masks[t.number] = params_to_mask(t.params, n)
+            out.append((self._masks[t.number], t.values[0]))
+        return out
 
     def _any_untaken(self, budget: Budget, rng: np.random.Generator) -> Mask | None:
         """Nearly exhausted small spaces: scan every budget mask in random order."""

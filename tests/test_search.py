@@ -234,3 +234,27 @@ def test_history_keeps_the_best_and_the_recent_single_and_multi_objective():
     assert 0 < len(front) <= sm.BEST_KEPT
     assert {t.number for t in seen} >= set(front)
     assert len(seen) <= 60
+
+
+def test_swap_model_sees_the_capped_history():
+    """The swap proposer fits the best and the most recent masks (its fit is O(n²) in them), like TPE."""
+    import optuna
+    from optuna.trial import create_trial
+
+    from dimr import sampler as sm
+    from dimr.budget import Budget, random_mask
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    budget = Budget(10, 3)
+    rng = np.random.default_rng(0)
+    study = optuna.create_study()
+    masks = [random_mask(budget, rng) for _ in range(150)]
+    costs = rng.permutation(150).astype(float)
+    for m, c in zip(masks, costs, strict=True):
+        study.add_trial(create_trial(value=c, params=sm.mask_to_params(m), distributions=sm.mask_space(10)))
+    s = sm.BudgetSampler(budget, sm.make_base_sampler("swap", 0, 0), startup=0, seed=0, history=50)
+    seen = s._evaluated(study)
+    assert len(seen) <= 50  # best ∪ most recent (they may overlap)
+    assert {c for _, c in seen} >= set(range(sm.BEST_KEPT))  # the best masks, whose swaps are proposed
+    assert seen[-1] == (masks[-1], costs[-1])  # and the latest
+    assert all(masks[int(np.flatnonzero(costs == c)[0])] == m for m, c in seen)
