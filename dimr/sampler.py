@@ -125,7 +125,7 @@ class BudgetSampler(BaseSampler):
         self.history = history
         self.first_search_trial = first_search_trial  # trials before it are the heuristic seeds
         self.is_taken = is_taken
-        self._masks: dict[int, Mask] = {}  # trial number -> mask of a complete trial
+        self._masks: dict[int, Mask] = {}  # trial number -> mask (params, once written, never change)
 
     def _rng(self, trial: FrozenTrial) -> np.random.Generator:
         return np.random.default_rng([self.seed if self.seed is not None else 0, trial.number])
@@ -153,7 +153,7 @@ class BudgetSampler(BaseSampler):
         budget = self.trial_budget(trial.number)
         mask: Mask | None = None
         if self.phase(trial.number) == "bayes" and isinstance(self.base, SwapProposer):
-            mask = self.base.propose(budget, self._evaluated(study), self.is_taken, rng)
+            mask = self.base.propose(budget, self._evaluated(study), self.is_taken, rng, self._held(study))
         elif self.phase(trial.number) == "bayes":
             # The space is known (every trial holds every layer's bit): Optuna's own inference compares
             # every trial's distributions on every ask, which grows with the study.
@@ -178,6 +178,18 @@ class BudgetSampler(BaseSampler):
             if t.number not in self._masks:  # a complete trial never changes: parse its params once
                 self._masks[t.number] = params_to_mask(t.params, n)
             out.append((self._masks[t.number], t.values[0]))
+        return out
+
+    def _held(self, study) -> set[Mask]:
+        """The masks of every complete or running trial this view holds (their params are written once)."""
+        n, out = self.budget.num_layers, set()
+        states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.RUNNING)
+        for t in study.get_trials(deepcopy=False, states=states):
+            mask = self._masks.get(t.number)
+            if mask is None and len(t.params) == n:
+                mask = self._masks[t.number] = params_to_mask(t.params, n)
+            if mask is not None:
+                out.add(mask)
         return out
 
     def _any_untaken(self, budget: Budget, rng: np.random.Generator) -> Mask | None:

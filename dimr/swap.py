@@ -94,16 +94,17 @@ class SwapProposer:
         return w
 
     def propose(self, budget: Budget, history: list[tuple[Mask, float]], is_taken: Callable[[Mask], bool],
-                rng: np.random.Generator) -> Mask | None:
+                rng: np.random.Generator, held: set[Mask] | None = None) -> Mask | None:
         """The untaken ``budget`` mask a Thompson sample of the model predicts cheapest (None: no data yet).
 
-        The model learns from every evaluated mask, whatever its skip count (a Pareto study mixes them).
+        The model learns from every mask in ``history``, whatever its skip count (a Pareto study mixes them).
+        ``held``: masks known to be taken (evaluated or running), skipped without asking ``is_taken``.
         """
         history = [(m, c) for m, c in history if len(m) == budget.num_layers and np.isfinite(c)]
         if not history:
             return None
         weights = self.sample_weights([m for m, _ in history], [c for _, c in history], rng)
-        seen = {m for m, _ in history}
+        seen = {m for m, _ in history} | (held or set())
         best = sorted((mc for mc in history if budget.admits(mc[0])), key=lambda mc: mc[1])[:TOP_MASKS]
         near = [m for m in dict.fromkeys(n for b, _ in best for n in swaps(b)) if m not in seen]
         choice = _cheapest_untaken(near, weights, is_taken)
