@@ -95,3 +95,14 @@ def test_proposals_are_untaken_budget_masks_and_ask_the_ledger_little():
     second = swap.SwapProposer().propose(budget, history, taken, np.random.default_rng(7))
     assert budget.admits(second) and second not in masks and second != first
     assert asked[0] == first and len(asked) == 2  # the same draw: its favourite is taken, the runner-up is not
+
+
+def test_held_masks_are_skipped_without_asking():
+    budget = Budget(10, 3)
+    _, costs = _data(15, 10, seed=3)
+    history = [(random_mask(budget, np.random.default_rng(i)), c) for i, c in enumerate(costs)]
+    first = swap.SwapProposer().propose(budget, history, lambda m: False, np.random.default_rng(7))
+    asked: list = []
+    second = swap.SwapProposer().propose(budget, history, lambda m: asked.append(m) or False,
+                                         np.random.default_rng(7), held={first})
+    assert second != first and first not in asked and asked == [second]
