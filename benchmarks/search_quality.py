@@ -422,7 +422,7 @@ def markdown(result: dict) -> str:
         opt, total = b["optimum"], b["masks"]
         ref = "exhaustive optimum" if b["exhaustive"] else "best found with 10× the evaluations"
         lines.append(f"\n#### skip {b['skip']} of {result['num_layers']} layers: C = {total} masks, {ref} "
-                     f"{opt:.4f} (mask `{b['optimum_mask']}`), 10% of C = {0.1 * total:.0f} evaluations\n")
+                     f"{opt:.4g} (mask `{b['optimum_mask']}`), 10% of C = {0.1 * total:.0f} evaluations\n")
         cps = [n for n in CHECKPOINTS if n <= result["limit"]]
         head = ["strategy", *[f"best@{n}" for n in cps], "to 1% med/worst", "to 5% med/worst",
                 "overhead ms/eval", "wall to 1%"]
@@ -432,7 +432,7 @@ def markdown(result: dict) -> str:
             cells = [name]
             for n in cps:
                 v = row["best_after"].get(n)
-                cells.append("-" if v is None else f"{v:.4f} ({100 * (v / opt - 1):+.1f}%)")
+                cells.append("-" if v is None else f"{v:.4g} ({100 * (v / opt - 1):+.1f}%)")
             for pct in (1, 5):
                 m, w = row[f"to{pct}_median"], row[f"to{pct}_worst"]
                 never = f">{row['evaluations']}"

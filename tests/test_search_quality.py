@@ -176,3 +176,21 @@ def test_single_objective_export_budget(capsys, tmp_path):
     assert json.loads((tmp_path / "a.json").read_text())["mask"] == best["best_mask"]
     code, _, err = cli(capsys, "export", "p", "--storage", url, "--budget", "4", "-o", str(tmp_path / "b.json"))
     assert code == 2 and "fits budget" in err
+
+
+def test_deepened_verifier_computes_the_same_function(tiny_pair):
+    """benchmarks/deepen.py: every layer split into an attention layer and an MLP layer, same logits."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from benchmarks.deepen import split_layers
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_pair.verifier, dtype=torch.float32).eval()
+    deep = split_layers(model)
+    assert len(deep.model.layers) == 2 * len(model.model.layers)
+    ids = torch.randint(0, model.config.vocab_size, (2, 12))
+    with torch.no_grad():
+        torch.testing.assert_close(deep(input_ids=ids).logits, model(input_ids=ids).logits, rtol=1e-5, atol=1e-5)
+        attn_only = deep.model.layers[0].mlp.down_proj.weight
+        mlp_only = deep.model.layers[1].self_attn.o_proj.weight
+    assert not attn_only.any() and not mlp_only.any()
