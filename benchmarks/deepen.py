@@ -33,16 +33,16 @@ def split_layers(model):
     config.num_hidden_layers = 2 * model.config.num_hidden_layers
     if getattr(config, "layer_types", None):
         config.layer_types = [t for t in model.config.layer_types for _ in range(2)]
+    from dimr.zoo.train_mini import _renumber
+
     deep = LlamaForCausalLM(config)
     state = deep.state_dict()
+    n = model.config.num_hidden_layers
+    attn_at, mlp_at = tuple(range(0, 2 * n, 2)), tuple(range(1, 2 * n, 2))
     for key, value in model.state_dict().items():
-        if ".layers." not in key:
-            state[key] = value.clone()
-            continue
-        head, rest = key.split(".layers.", 1)
-        i, tail = rest.split(".", 1)
-        for j, silenced in ((2 * int(i), "mlp.down_proj.weight"), (2 * int(i) + 1, "self_attn.o_proj.weight")):
-            state[f"{head}.layers.{j}.{tail}"] = value.clone() * (0.0 if tail == silenced else 1.0)
+        state[_renumber(key, attn_at)] = value.clone() * (0.0 if key.endswith("mlp.down_proj.weight") else 1.0)
+        if ".layers." in key:
+            state[_renumber(key, mlp_at)] = value.clone() * (0.0 if key.endswith("self_attn.o_proj.weight") else 1.0)
     deep.load_state_dict(state)
     return deep.eval()
 
