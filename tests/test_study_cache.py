@@ -70,3 +70,38 @@ def test_batched_heartbeat_keeps_trials_fresh(storage_url):
     assert set(storage._get_stale_trial_ids(study._study_id)) == {old._trial_id, fresh._trial_id}
     beat(study._storage, [fresh._trial_id])
     assert storage._get_stale_trial_ids(study._study_id) == [old._trial_id]
+
+
+def test_finish_trial_commits_the_result_and_the_ledger_row_together(storage_url):
+    """`finish_trial` leaves what `Study.tell` leaves (values, state, attributes), with the ledger row in
+    the same transaction: a refused finish changes neither."""
+    from storage import MaskLedger
+    from storage.batch import finish_trial
+
+    storage = open_storage(storage_url)
+    study = optuna.create_study(storage=StudyCache(storage), study_name="f", directions=["minimize", "maximize"])
+    ledger = MaskLedger(storage, study._study_id)
+    t = study.ask()
+    write_trial(study._storage, t._trial_id, {"layer_00": 1}, {"layer_00": BIT}, {"mask": "1"})
+    assert ledger.claim("1", t.number, "me", limit=5).won
+    finish_trial(study._storage, t._trial_id, [0.25, 0.5], {"tokens": 7},
+                 also=[ledger.complete_statement("1", 0.25, {"tokens": 7})])
+    plain = optuna.load_study(storage=open_storage(storage_url), study_name="f").get_trials()[0]
+    assert plain.state == TrialState.COMPLETE and plain.values == [0.25, 0.5]
+    assert plain.user_attrs == {"mask": "1", "tokens": 7} and plain.datetime_complete is not None
+    assert ledger.state("1") == "complete" and ledger.counts() == {"complete": 1}
+    try:
+        finish_trial(study._storage, t._trial_id, [9.0, 9.0], also=[ledger.complete_statement("1", 9.0, {})])
+    except optuna.exceptions.UpdateFinishedTrialError:
+        pass
+    else:
+        raise AssertionError("a finished trial was finished again")
+    from sqlalchemy import select
+    from sqlalchemy.orm import Session
+
+    from storage.ledger import MaskRow
+
+    with Session(storage.engine) as s:
+        assert s.execute(select(MaskRow.cost)).scalar_one() == 0.25
+    again = optuna.load_study(storage=open_storage(storage_url), study_name="f").get_trials()[0]
+    assert again.values == [0.25, 0.5]
