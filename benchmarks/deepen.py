@@ -29,12 +29,12 @@ def split_layers(model):
     only); the silenced half of each new layer has its residual write-out zeroed."""
     from transformers import LlamaForCausalLM
 
+    from dimr.zoo.train_mini import _renumber  # the layer renumbering train-mini's grow and take_layers use
+
     config = model.config.__class__.from_dict(model.config.to_dict())
     config.num_hidden_layers = 2 * model.config.num_hidden_layers
     if getattr(config, "layer_types", None):
         config.layer_types = [t for t in model.config.layer_types for _ in range(2)]
-    from dimr.zoo.train_mini import _renumber
-
     deep = LlamaForCausalLM(config)
     state = deep.state_dict()
     n = model.config.num_hidden_layers
