@@ -36,14 +36,15 @@ class Decoder:
     tokenizer: object | None = None
 
     @classmethod
-    def from_models(cls, verifier: PreTrainedModel, draft: PreTrainedModel,
-                    slim: PreTrainedModel | None = None, tokenizer: object | None = None) -> Decoder:
-        slim_tier = Tier("slim", slim) if slim is not None else None
-        return cls(Tier("full", verifier), Tier("draft", draft), slim_tier, tokenizer)
+    def from_models(cls, verifier: PreTrainedModel, draft: PreTrainedModel, slim: PreTrainedModel | None = None,
+                    tokenizer: object | None = None, compiled: bool = False) -> Decoder:
+        """``compiled``: static KV caches and compiled forwards (see :mod:`dimr.decoding.tiers`)."""
+        slim_tier = Tier("slim", slim, compiled) if slim is not None else None
+        return cls(Tier("full", verifier, compiled), Tier("draft", draft, compiled), slim_tier, tokenizer)
 
     @classmethod
     def load(cls, pair: str, slim: str | Path | None = None, device: str | None = None,
-             pairs_file: Path | None = None, mask: Sequence[bool] | None = None) -> Decoder:
+             pairs_file: Path | None = None, mask: Sequence[bool] | None = None, compiled: bool = False) -> Decoder:
         """Load ``pair``'s models on ``device``; the slim verifier from a slim config (or a raw ``mask``)."""
         from dimr.pairs import get_pair, load_model, load_tokenizer, pick_device
 
@@ -59,7 +60,13 @@ class Decoder:
             from dimr.routing import slim_verifier
 
             slim_model = slim_verifier(verifier, mask)
-        return cls.from_models(verifier, load_model(p, "draft", dev), slim_model, load_tokenizer(p))
+        return cls.from_models(verifier, load_model(p, "draft", dev), slim_model, load_tokenizer(p), compiled)
+
+    def warm_up(self, capacity: int = 240) -> None:
+        """Compile the compiled tiers' forwards now, for decodes of up to ``capacity`` tokens in all."""
+        for tier in (self.full, self.draft, self.slim):
+            if tier is not None:
+                tier.warm_up(capacity)
 
     @property
     def device(self) -> torch.device:

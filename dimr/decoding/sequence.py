@@ -85,8 +85,8 @@ class Output:
         self.stats = stats
         self.tiers = tiers
         self.done = config.max_new_tokens <= 0
-        for tier in tiers:
-            tier.reset()
+        for tier in tiers:  # the most any tier is fed: the output so far plus a drafted block and its bonus
+            tier.reset(capacity=prompt.numel() + config.max_new_tokens + config.gamma + 1)
         self.t0, self.c0 = time.perf_counter(), time.process_time()
 
     @property
