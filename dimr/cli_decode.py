@@ -95,6 +95,8 @@ def decode(pair: str = PAIR, slim: Path = SLIM,
            head: Path = typer.Option(None, "--head", help="DIVERSED head .safetensors (with --verify diversed)"),
            stats: bool = typer.Option(False, "--stats", help="print decoding statistics"),
            as_json: bool = typer.Option(False, "--json", help="print JSON (text, tokens, stats)"),
+           compiled: bool = typer.Option(False, "--compiled", help="static KV caches and compiled forwards "
+                                                                    "(CUDA graphs on GPU); compiles first"),
            device: str = DEVICE, threads: int = THREADS, pairs_file: Path = PAIRS_FILE) -> None:
     """Generate a continuation of each prompt with the three-tier decoder (or a baseline mode)."""
     from dataclasses import replace
@@ -107,12 +109,16 @@ def decode(pair: str = PAIR, slim: Path = SLIM,
     if mode.value in ("self", "via") and slim is None:
         raise DimrError(f"mode {mode.value} needs a slim verifier; pass --slim slim.json (from `dimr export`)")
     _prepare(threads)
-    decoder = Decoder.load(pair, slim=slim, device=device, pairs_file=pairs_file)
+    decoder = Decoder.load(pair, slim=slim, device=device, pairs_file=pairs_file, compiled=compiled)
     from dimr.relaxed import rule_from_cli
 
     rule = rule_from_cli(verify, param or [], head, decoder.draft.model, decoder.full.model)
     if not ignore_eos:
         config = replace(config, eos_token_ids=decoder.eos_token_ids())
+    if compiled:
+        encoded = [decoder.encode(text) for text in texts]
+        decoder.warm_up(max(ids.numel() for ids in encoded) + config.max_new_tokens + config.gamma + 1,
+                        [mode.value])
     results = []
     for text in texts:
         result = decoder.run(decoder.encode(text), mode.value, config, rule)
@@ -135,6 +141,9 @@ def bench_decode(pair: str = PAIR, slim: Path = SLIM,
                  top_p: float = TOP_P, seed: int = SEED, accept_threshold: float = ACCEPT,
                  close_threshold: float = CLOSE, regen_threshold: float = REGEN, draft_stop: float = DRAFT_STOP,
                  hf: bool = typer.Option(True, "--hf/--no-hf", help="include transformers' assisted generation"),
+                 compiled: bool = typer.Option(False, "--compiled/--eager-only",
+                                               help="also run every mode on static caches with compiled "
+                                                    "forwards (rows ar+c, sd+c...)"),
                  ignore_eos: bool = typer.Option(True, "--ignore-eos/--stop-at-eos",
                                                  help="generate max-new-tokens for every prompt and mode"),
                  as_json: bool = typer.Option(False, "--json", help="print JSON"),
@@ -158,7 +167,7 @@ def bench_decode(pair: str = PAIR, slim: Path = SLIM,
     decoder = Decoder.load(pair, slim=slim, device=device, pairs_file=pairs_file)
     if not ignore_eos:
         config = replace(config, eos_token_ids=decoder.eos_token_ids())
-    report = run_bench(decoder, texts, wanted, config, hf=hf)
+    report = run_bench(decoder, texts, wanted, config, hf=hf, compiled=compiled)
     if as_json:
         rows = [{"mode": r.mode, "speedup": r.speedup, "predicted_speedup": r.predicted, "nll": r.nll,
                  "same_as_ar": r.same_as_ar, **r.stats.to_dict()} for r in report.rows]

@@ -20,7 +20,7 @@ PROMPT = torch.tensor([3, 14, 15, 9, 26, 5, 35, 8, 97 - 18])  # no special ids (
 NEW_TOKENS = 24
 
 
-def family_config(family: str, layers: int, vocab: int = 96):
+def family_config(family: str, layers: int, vocab: int = 96, window: int | None = None):
     from transformers import Gemma2Config, LlamaConfig, MistralConfig, Qwen2Config
 
     common = dict(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
@@ -31,25 +31,26 @@ def family_config(family: str, layers: int, vocab: int = 96):
     if family == "qwen2":
         return Qwen2Config(**common)
     if family == "mistral":
-        return MistralConfig(**common, sliding_window=8)
+        return MistralConfig(**common, sliding_window=window or 8)
     if family == "gemma2":
-        return Gemma2Config(**common, head_dim=8, sliding_window=6, query_pre_attn_scalar=8,
+        return Gemma2Config(**common, head_dim=8, sliding_window=window or 6, query_pre_attn_scalar=8,
                             tie_word_embeddings=False,
                             layer_types=(["sliding_attention", "full_attention"] * layers)[:layers])
     raise ValueError(family)
 
 
-def build_pair(family: str, layers: int = 4, vocab: int = 96, head_scale: float = 40.0, seed: int = 0):
+def build_pair(family: str, layers: int = 4, vocab: int = 96, head_scale: float = 40.0, seed: int = 0,
+               window: int | None = None):
     """(verifier, draft): seeded random verifier; the draft is a 1-layer copy of its first layer."""
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(seed)
-    verifier = AutoModelForCausalLM.from_config(family_config(family, layers, vocab)).eval()
+    verifier = AutoModelForCausalLM.from_config(family_config(family, layers, vocab, window)).eval()
     with torch.no_grad():
         verifier.lm_head.weight.mul_(head_scale / verifier.lm_head.weight.norm(dim=-1, keepdim=True).mean())
         if family == "gemma2":  # its post-layer norms make random layers outweigh the embedding: rebalance
             verifier.model.embed_tokens.weight.mul_(10.0)
-    draft = AutoModelForCausalLM.from_config(family_config(family, 1, vocab)).eval()
+    draft = AutoModelForCausalLM.from_config(family_config(family, 1, vocab, window)).eval()
     draft.load_state_dict(verifier.state_dict(), strict=False)
     return verifier, draft
 

@@ -10,6 +10,7 @@ import pytest
 
 from dimr.cli import main
 from dimr.decoding import DecodeConfig, Thresholds
+from dimr.decoding.bench import COLUMNS
 
 
 @pytest.fixture(scope="module")
@@ -96,6 +97,16 @@ def test_bench_decode_table(slim_json, capsys):
     rows = {line.split("|")[1].strip() for line in out.splitlines() if line.startswith("| ")}
     assert {"ar", "sd", "self", "via", "hf-assisted"} <= rows
     assert "c_rel" in out
+
+
+def test_bench_decode_compiled_rows(capsys):
+    code, out, err = run_cli(["bench-decode", "--pair", "tiny-random", "--modes", "ar", "--no-hf", "--compiled",
+                              "--max-new-tokens", "6", "--prompts", str(_one_prompt())], capsys)
+    assert code == 0, err
+    rows = {line.split("|")[1].strip(): line.split("|") for line in out.splitlines() if line.startswith("| ")}
+    assert {"ar", "ar+c"} <= set(rows)
+    assert rows["ar+c"][1 + COLUMNS.index("= ar")].strip() == "1/1"  # greedy: ar's tokens exactly
+    assert "c_rel of the +c rows" in out
 
 
 def _one_prompt():

@@ -7,6 +7,10 @@ with c_tier = a tier's mean forward time / the full verifier's mean forward time
 exactly the survey's formula); mean accepted length, rejection rate, forward calls per token per tier,
 output length, quality (mean NLL of the output under the full verifier at temperature 1; lower is better,
 and for greedy decoding, how many outputs equal ``ar``'s) and the time spent in each tier.
+
+With ``compiled=True`` every mode also runs on static caches with compiled forwards (rows ``ar+c``…, the
+same models): their speed-up, c_rel and predicted S are relative to ``ar+c``, and tokens/s shows what the
+compilation gained over the eager rows.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from dimr.decoding.sequence import DecodeConfig
 from dimr.decoding.stats import TIERS, DecodeStats
 
 HF = "hf-assisted"
+COMPILED = "+c"  # suffix of the rows decoded with static caches and compiled forwards
 
 DEFAULT_PROMPTS = (
     "def fibonacci(n):\n",
@@ -52,6 +57,7 @@ class BenchReport:
     config: DecodeConfig
     prompts: int
     c_rel: dict[str, float]
+    c_rel_compiled: dict[str, float] | None = None
 
 
 def _hf_assisted(decoder: Decoder, prompt: torch.Tensor, config: DecodeConfig) -> tuple[list[int], DecodeStats]:
@@ -100,43 +106,68 @@ def output_nll(decoder: Decoder, prompt: torch.Tensor, tokens: list[int]) -> tup
 
 
 def run_bench(decoder: Decoder, prompts: list[str], modes: list[str], config: DecodeConfig,
-              hf: bool = True, warmup: bool = True) -> BenchReport:
-    """Decode every prompt with every mode (``ar`` first) and the assisted-generation peer.
+              hf: bool = True, warmup: bool = True, compiled: bool = False) -> BenchReport:
+    """Decode every prompt with every mode (``ar`` first) and the assisted-generation peer; with ``compiled``,
+    every mode again on static caches and compiled forwards (compiled before the measurement).
 
     Modes are interleaved prompt by prompt, so that a change of load on a shared machine hits every row alike.
     """
-    modes = ["ar"] + [m for m in modes if m != "ar"] + ([HF] if hf else [])
+    modes = ["ar"] + [m for m in modes if m != "ar"]
+    names = modes + ([HF] if hf else []) + ([m + COMPILED for m in modes] if compiled else [])
     encoded = [decoder.encode(p) for p in prompts]
-    rows = [BenchRow(mode, DecodeStats(mode, 0 if mode == "ar" else config.gamma)) for mode in modes]
+    decoders = {"": decoder}
+    if compiled:
+        decoders[COMPILED] = Decoder.from_models(decoder.full.model, decoder.draft.model,
+                                                 decoder.slim.model if decoder.slim else None,
+                                                 decoder.tokenizer, compiled=True)
+        decoders[COMPILED].warm_up(max(ids.numel() for ids in encoded) + config.max_new_tokens + config.gamma + 1,
+                                   modes)
+    rows = [BenchRow(name, DecodeStats(name, 0 if name.startswith("ar") else config.gamma)) for name in names]
     if warmup:  # first-call allocations and lazy initialisation are not part of the measurement
-        for mode in modes:
-            _decode(decoder, mode, encoded[0], replace(config, max_new_tokens=min(8, config.max_new_tokens)))
+        for name in names:
+            _decode(decoders, name, encoded[0], replace(config, max_new_tokens=min(8, config.max_new_tokens)))
     for ids in encoded:
         for row in rows:
-            tokens, stats = _decode(decoder, row.mode, ids, config)
+            tokens, stats = _decode(decoders, row.mode, ids, config)
             row.stats, row.outputs = row.stats.merge(stats), row.outputs + [tokens]
     _score(decoder, rows, encoded, config)
-    ar = rows[0].stats
+    c_rel = _relative_costs(rows, "")
+    for suffix in decoders:
+        costs = c_rel if suffix == "" else _relative_costs(rows, suffix)
+        ar = next(r.stats for r in rows if r.mode == "ar" + suffix)
+        for row in rows:
+            if row.mode.endswith(COMPILED) != (suffix == COMPILED):
+                continue
+            s = row.stats
+            row.speedup = s.tokens_per_second / ar.tokens_per_second if ar.tokens_per_second else float("nan")
+            row.speedup_cpu = (s.tokens_per_cpu_second / ar.tokens_per_cpu_second if ar.tokens_per_cpu_second
+                               else float("nan"))
+            cost = sum(s.calls[t] * costs[t] for t in TIERS if s.calls[t])
+            row.predicted = s.tokens / cost if cost else float("nan")
+    return BenchReport(rows, config, len(prompts), c_rel,
+                       _relative_costs(rows, COMPILED) if compiled else None)
+
+
+def _relative_costs(rows: list[BenchRow], suffix: str) -> dict[str, float]:
+    """c_tier: a tier's mean forward CPU time over the rows with ``suffix`` / the full verifier's in ``ar``."""
+    ours = [r for r in rows if r.mode != HF and r.mode.endswith(COMPILED) == (suffix == COMPILED)]
+    ar = next(r.stats for r in ours if r.mode == "ar" + suffix)
     full_call = ar.cpu_seconds_tier["full"] / max(ar.calls["full"], 1)
     c_rel = {"full": 1.0}
     for tier in ("draft", "slim"):
-        calls = sum(r.stats.calls[tier] for r in rows if r.mode != HF)
-        seconds = sum(r.stats.cpu_seconds_tier[tier] for r in rows if r.mode != HF)
+        calls = sum(r.stats.calls[tier] for r in ours)
+        seconds = sum(r.stats.cpu_seconds_tier[tier] for r in ours)
         c_rel[tier] = seconds / calls / full_call if calls and full_call else float("nan")
-    for row in rows:
-        s = row.stats
-        row.speedup = s.tokens_per_second / ar.tokens_per_second if ar.tokens_per_second else float("nan")
-        row.speedup_cpu = (s.tokens_per_cpu_second / ar.tokens_per_cpu_second if ar.tokens_per_cpu_second
-                           else float("nan"))
-        cost = sum(s.calls[t] * c_rel[t] for t in TIERS if s.calls[t])
-        row.predicted = s.tokens / cost if cost else float("nan")
-    return BenchReport(rows, config, len(prompts), c_rel)
+    return c_rel
 
 
-def _decode(decoder: Decoder, mode: str, ids: torch.Tensor, config: DecodeConfig) -> tuple[list[int], DecodeStats]:
-    if mode == HF:
-        return _hf_assisted(decoder, ids, config)
-    result = decoder.run(ids, mode, config)
+def _decode(decoders: dict[str, Decoder], name: str, ids: torch.Tensor,
+            config: DecodeConfig) -> tuple[list[int], DecodeStats]:
+    if name == HF:
+        return _hf_assisted(decoders[""], ids, config)
+    suffix = COMPILED if name.endswith(COMPILED) else ""
+    result = decoders[suffix].run(ids, name.removesuffix(COMPILED), config)
+    result.stats.mode = name
     return result.tokens, result.stats
 
 
@@ -160,7 +191,7 @@ def table_rows(report: BenchReport) -> list[list[str]]:
     out = []
     for r in report.rows:
         s = r.stats
-        sd_like = r.mode != "ar"
+        sd_like = not r.mode.startswith("ar")
         acc_len = s.tokens / s.calls["full"] - 1 if r.mode == HF and s.calls["full"] else s.mean_accepted_length
         out.append([
             r.mode, f"{s.tokens_per_second:.1f}", f"{r.speedup:.2f}x", f"{s.tokens_per_cpu_second:.1f}",
@@ -184,6 +215,10 @@ def format_table(report: BenchReport) -> str:
                  f"slim {c['slim']:.3f}; "
                  f"{report.prompts} prompts, max {cfg.max_new_tokens} new tokens, gamma {cfg.gamma}, "
                  f"temperature {cfg.temperature}, top-p {cfg.top_p}, thresholds {cfg.thresholds}")
+    if report.c_rel_compiled:
+        c = report.c_rel_compiled
+        lines.append(f"c_rel of the {COMPILED} rows (static caches, compiled forwards; speed-up and predicted S "
+                     f"relative to ar{COMPILED}): draft {c['draft']:.3f}, slim {c['slim']:.3f}")
     for row in report.rows:  # the same per-run summary `dimr decode --stats` prints
         lines += ["", *row.stats.lines()]
     return "\n".join(lines)
@@ -206,7 +241,7 @@ def sweep_thresholds(decoder: Decoder, prompts: list[str], config: DecodeConfig,
         cfg = replace(config, thresholds=Thresholds(accept, close, regen))
         row = BenchRow("via", DecodeStats("via", config.gamma))
         for ids in encoded:
-            tokens, stats = _decode(decoder, "via", ids, cfg)
+            tokens, stats = _decode({"": decoder}, "via", ids, cfg)
             row.stats, row.outputs = row.stats.merge(stats), row.outputs + [tokens]
         _score(decoder, [ar_row, row], encoded, cfg)
         s = row.stats

@@ -62,10 +62,13 @@ class Decoder:
             slim_model = slim_verifier(verifier, mask)
         return cls.from_models(verifier, load_model(p, "draft", dev), slim_model, load_tokenizer(p), compiled)
 
-    def warm_up(self, capacity: int = 240) -> None:
-        """Compile the compiled tiers' forwards now, for decodes of up to ``capacity`` tokens in all."""
+    def warm_up(self, capacity: int = 240, modes: Sequence[str] = MODES) -> None:
+        """Compile the forwards of the compiled tiers that ``modes`` use, for decodes of up to ``capacity``
+        tokens in all, so that no decode waits for a compile."""
+        used = {"full"} | ({"draft"} if {"sd", "via"} & set(modes) else set()) | (
+            {"slim"} if {"self", "via"} & set(modes) else set())
         for tier in (self.full, self.draft, self.slim):
-            if tier is not None:
+            if tier is not None and tier.name in used:
                 tier.warm_up(capacity)
 
     @property
