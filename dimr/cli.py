@@ -55,3 +55,7 @@ def main(argv: list[str] | None = None) -> None:
             e.show()
             sys.exit(e.exit_code)
         raise
+
+
+if __name__ == "__main__":
+    main()
