@@ -3,7 +3,7 @@
 # transformers >= 5.24, optuna and sqlalchemy importable; writes into $OUT (default gpu-out/).
 #   1. bench-decode, every mode + HF assisted generation, eager, on the GPU;
 #   2. an in-process search (`--workers 1 --device $DEVICE`), whose mask costs are then re-scored on the CPU;
-#   3. bench-decode of ar and sd with static caches and compiled forwards (CUDA graphs).
+#   3. bench-decode of every mode, eager and with static caches and compiled forwards (CUDA graphs).
 set -u
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
@@ -20,6 +20,6 @@ timeout 150 python3 benchmarks/bench_decode.py --pair mini --slim $SLIM $PROMPTS
 echo "== search on the GPU" | tee "$OUT/search.txt"
 timeout 120 python3 -m dimr.cli search --pair mini --budget 4 --trials 30 --workers 1 --device $DEVICE \
     --storage "sqlite:///$OUT/gpu.db" --study gpu 2>&1 | tail -8 | tee -a "$OUT/search.txt"
-echo "== bench-decode, compiled (ar, sd)" | tee "$OUT/bench_compiled.txt"
+echo "== bench-decode, compiled" | tee "$OUT/bench_compiled.txt"
 timeout 300 python3 benchmarks/bench_decode.py --pair mini --slim $SLIM $PROMPTS --max-new-tokens $NEW --device $DEVICE \
-    --modes ar,sd --no-hf --compiled 2>&1 | tee -a "$OUT/bench_compiled.txt"
+    --modes ${CMODES:-ar,sd,self,via} --no-hf --compiled 2>&1 | tee -a "$OUT/bench_compiled.txt"

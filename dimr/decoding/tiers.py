@@ -119,6 +119,10 @@ class Tier:
         if self.static and n <= BUCKETS[-1]:
             padded = next(b for b in BUCKETS if b >= n)
             positions = torch.arange(self.length, self.length + padded, device=input_ids.device)
+            if input_ids.device.type == "cuda":
+                # Each call starts afresh (its outputs are copied below), so alternating models and buckets
+                # replay their own graphs instead of recording a new path of CUDA-graph trees each time.
+                torch.compiler.cudagraph_mark_step_begin()
             logits, hidden = self._step(self.model, self.cache, F.pad(input_ids, (0, padded - n)), positions,
                                         self.keep_hidden)
             self.cache.crop(n - padded)  # forget the padding's keys/values
