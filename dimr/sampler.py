@@ -46,9 +46,11 @@ class _History:
     trial 1000 as at trial 300, and TPE's good group (the best ``min(0.1 n, 25)``) is unchanged.
     """
 
-    def __init__(self, study: optuna.Study, history: int):
+    def __init__(self, study: optuna.Study, history: int, system_attrs: dict | None = None):
         self._study, self._history = study, history
         self._trials: list[FrozenTrial] | None = None  # one read per ask (TPE asks up to three times)
+        if system_attrs is not None:  # the trial's system attributes go there, not to the storage
+            self._storage = _SystemAttrs(study._storage, system_attrs)
 
     def __getattr__(self, name):
         return getattr(self._study, name)
@@ -67,6 +69,20 @@ class _History:
 
     def get_trials(self, deepcopy: bool = True, states=None) -> list[FrozenTrial]:
         return self._get_trials(deepcopy=deepcopy, states=states, use_cache=True)
+
+
+class _SystemAttrs:
+    """A study's storage whose `set_trial_system_attr` only collects (TPE's constant liar records its proposal
+    there): the driver writes them with the trial, which may not exist yet (`storage.batch.start_trial`)."""
+
+    def __init__(self, storage, attrs: dict):
+        self._storage_, self.attrs = storage, attrs
+
+    def __getattr__(self, name):
+        return getattr(self._storage_, name)
+
+    def set_trial_system_attr(self, trial_id: int, key: str, value) -> None:
+        self.attrs[key] = value
 
 
 def _best(trials: list[FrozenTrial], directions) -> list[FrozenTrial]:
@@ -125,6 +141,9 @@ class BudgetSampler(BaseSampler):
         self.history = history
         self.first_search_trial = first_search_trial  # trials before it are the heuristic seeds
         self.is_taken = is_taken
+        # Not None: where the wrapped sampler's writes of the trial's system attributes go instead of the
+        # storage, for the caller to write with the trial (the driver creates the trial after sampling it).
+        self.system_attrs: dict | None = None
         self._masks: dict[int, Mask] = {}  # trial number -> mask (params, once written, never change)
 
     def _rng(self, trial: FrozenTrial) -> np.random.Generator:
@@ -157,7 +176,7 @@ class BudgetSampler(BaseSampler):
         elif self.phase(trial.number) == "bayes":
             # The space is known (every trial holds every layer's bit): Optuna's own inference compares
             # every trial's distributions on every ask, which grows with the study.
-            proposal = self.base.sample_relative(_History(study, self.history), trial,
+            proposal = self.base.sample_relative(_History(study, self.history, self.system_attrs), trial,
                                                  mask_space(self.budget.num_layers))
             if len(proposal) == self.budget.num_layers:
                 mask = project(params_to_mask(proposal, self.budget.num_layers), budget, rng)

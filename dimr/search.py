@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 
 import optuna
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from dimr import heuristics, pareto
 from dimr.budget import Budget
@@ -31,7 +31,7 @@ from dimr.errors import DimrError
 from dimr.routing import mask_from_key, mask_key
 from dimr.sampler import BudgetSampler, make_base_sampler, mask_space, mask_to_params, params_to_mask
 from storage import MaskLedger
-from storage.batch import beat, finish_trial, write_trial
+from storage.batch import as_finished, beat, finish_trial, start_trial, write_trial
 from storage.cache import StudyCache
 from storage.rdb import GRACE_S, HEARTBEAT_S
 from workers.base import Evaluation, Evaluator
@@ -173,15 +173,17 @@ class Search:
                 check_resume(stored_settings(storage, study_name), settings, study_name)
         view = StudyCache(storage) if isinstance(storage, optuna.storages.RDBStorage) else storage
         self._one_read = view.one_read if isinstance(view, StudyCache) else contextlib.nullcontext
+        self._remember = view.remember if isinstance(view, StudyCache) else lambda study_id, trial: None
         self.study = optuna.create_study(storage=view, study_name=study_name, sampler=self.sampler,
                                          directions=pareto.directions(settings.objective), load_if_exists=True)
         self.ledger = MaskLedger(storage, self.study._study_id)
-        self.sampler.is_taken = lambda m: self.ledger.is_taken(mask_key(m))
+        self._taken: dict[str, bool] = {}  # the ledger's answers during one ask (the claim has the last word)
+        self.sampler.is_taken = self._is_taken
         if created:
             self.study.set_user_attr(SETTINGS_ATTR, asdict(settings))
             self._enqueue_seeds(seeds)
         self.sampler.first_search_trial = self.study.user_attrs.get(SEEDS_ATTR, 0)
-        self._inflight: dict[int, tuple[optuna.trial.Trial, tuple[bool, ...]]] = {}
+        self._inflight: dict[int, tuple[FrozenTrial, tuple[bool, ...]]] = {}
         self._lock = threading.Lock()
         self._next_check = 0.0
         self._best_cost: float | None = None
@@ -205,7 +207,7 @@ class Search:
             o_host, _, o_pid = owner.rpartition(":")
             if t.number in self._inflight:
                 continue
-            if not owner:  # its driver died between ask and claim: it holds no mask and has no heartbeat
+            if not owner:  # no claim (plain Optuna's ask, or an older driver killed before its claim): no beat
                 if t.datetime_start is None or (now - t.datetime_start).total_seconds() < GRACE_S:
                     continue
             elif o_host != host or not o_pid.isdigit() or _pid_alive(int(o_pid)):
@@ -238,36 +240,61 @@ class Search:
         # Masks queued for a retry are not held by anyone: their WAITING trials go to the next ask.
         return c.get("complete", 0), c.get("running", 0)
 
-    def _ask(self) -> int:
-        """Start one trial; return the study's complete + running masks after it (all drivers)."""
-        with self._one_read():
-            trial = self.study.ask()
-            # What suggest_categorical would return per layer (an enqueued mask, else the sampler's), written
-            # below with the trial's attributes in one transaction instead of one commit per layer.
-            params = {**trial.relative_params, **trial._fixed_params}
-        mask = params_to_mask(params, self.settings.num_layers)
-        if mask.count(False) not in self.settings.skips:
-            raise RuntimeError(f"trial {trial.number} mask {mask_key(mask)} breaks the budget")
-        phase = trial.user_attrs.get("phase") or self.sampler.phase(trial.number)
+    def _is_taken(self, mask: tuple[bool, ...]) -> bool:
         key = mask_key(mask)
-        claim = self.ledger.claim(key, trial.number, self.owner, limit=self.options.trials)
-        space = mask_space(self.settings.num_layers)
-        attrs = {"mask": key, "phase": phase}
-        if claim.state == "full":
-            # Other drivers claimed the last trials between our count and our claim: no evaluation.
-            write_trial(self.study._storage, trial._trial_id, params, space, {**attrs, "over_target": True})
-            self.study.tell(trial, state=TrialState.PRUNED)
-            return claim.held
+        taken = self._taken.get(key)
+        if taken is None:
+            taken = self._taken[key] = self.ledger.is_taken(key)
+        return taken
+
+    def _ask(self) -> int:
+        """Start one trial; return the study's complete + running masks after it (all drivers).
+
+        Optuna's `Study.ask` creates the trial (its own transaction) before the sampler runs; here the sampler
+        runs first, for the next trial number, and `start_trial` creates the trial with its params and
+        attributes and claims its mask in one transaction. An enqueued (WAITING) trial is taken first, as
+        `Study.ask` takes it. Another driver may number a trial first: this one then gets the next number (its
+        mask was drawn for the number before, its phase is the one it was drawn in)."""
+        self._taken.clear()
+        study_id, skip = self.study._study_id, set()
+        while True:
+            with self._one_read():
+                self.study._thread_local.cached_all_trials = None  # one read of the study per ask, as Study.ask
+                trials = self.study._get_trials(deepcopy=False, use_cache=True)
+                waiting = next((t for t in trials if t.state == TrialState.WAITING and t._trial_id not in skip), None)
+                number = waiting.number if waiting else (trials[-1].number + 1 if trials else 0)
+                trial = waiting or FrozenTrial(number=number, state=TrialState.RUNNING, value=None,
+                                               datetime_start=datetime.now(), datetime_complete=None, params={},
+                                               distributions={}, user_attrs={}, system_attrs={},
+                                               intermediate_values={}, trial_id=-1)
+                self.sampler.system_attrs = system = {}
+                try:
+                    self.sampler.before_trial(self.study, trial)
+                    space = self.sampler.infer_relative_search_space(self.study, trial)
+                    # What suggest_categorical would return per layer: an enqueued mask, else the sampler's.
+                    params = {**self.sampler.sample_relative(self.study, trial, space),
+                              **trial.system_attrs.get("fixed_params", {})}
+                finally:
+                    self.sampler.system_attrs = None
+            mask = params_to_mask(params, self.settings.num_layers)
+            if mask.count(False) not in self.settings.skips:
+                raise RuntimeError(f"trial {number} mask {mask_key(mask)} breaks the budget")
+            key = mask_key(mask)
+            attrs = {"mask": key, "phase": trial.user_attrs.get("phase") or self.sampler.phase(number)}
+            started = start_trial(self.study._storage, self.ledger, key, params, mask_space(self.settings.num_layers),
+                                  attrs, self.owner, self.options.trials, system_attrs=system, waiting=waiting)
+            if started is not None:
+                break
+            skip.add(waiting._trial_id)  # another driver took this enqueued trial first
+        trial, claim = started.trial, started.claim
+        self._remember(study_id, trial)
         if not claim.won:
-            # Another trial holds this mask (e.g. a concurrent driver enqueued the same seed): record why.
-            write_trial(self.study._storage, trial._trial_id, params, space,
-                        {**attrs, "duplicate_of": claim.trial_number})
-            self.study.tell(trial, state=TrialState.PRUNED)
-            self.result.pruned_duplicates += 1
+            # Full: other drivers claimed the last trials between our count and our claim (no evaluation).
+            # Otherwise another trial holds this mask (e.g. a concurrent driver enqueued the same seed).
+            if claim.state != "full":
+                self.result.pruned_duplicates += 1
+            self.sampler.after_trial(self.study, trial, TrialState.PRUNED, None)  # as Study.tell would
             return claim.held
-        # With a first beat: Optuna never fails a RUNNING trial that has no heartbeat row at all.
-        write_trial(self.study._storage, trial._trial_id, params, space, {**attrs, "owner": self.owner},
-                    heartbeat=True)
         with self._lock:
             self._inflight[trial.number] = (trial, mask)
         self.evaluator.submit(trial.number, mask)
@@ -277,21 +304,26 @@ class Search:
         with self._lock:
             trial, mask = self._inflight.pop(ticket)
         key = mask_key(mask)
-        if isinstance(outcome, BaseException):
-            trial.set_user_attr("error", f"{type(outcome).__name__}: {outcome}"[:500])
-            self.study.tell(trial, state=TrialState.FAIL)
-            self.ledger.fail(key)
+        storage, study_id = self.study._storage, self.study._study_id
+        if isinstance(outcome, BaseException):  # FAIL, with the error, and the mask released: one transaction
+            attrs = {"error": f"{type(outcome).__name__}: {outcome}"[:500]}
+            when = finish_trial(storage, trial._trial_id, None, attrs, also=[self.ledger.fail_statement(key)],
+                                state=TrialState.FAIL)
+            self.sampler.after_trial(self.study, trial, TrialState.FAIL, None)
+            self._remember(study_id, as_finished(trial, TrialState.FAIL, None, attrs, when))
             self._next_check = 0.0  # queue the mask again before the next ask takes a new one
             return
         told = pareto.objective_values(self.settings.objective, outcome.cost, mask)
         values = told if isinstance(told, list) else [told]
         if all(math.isfinite(v) for v in values):  # the common case: one transaction, no read-back
-            finish_trial(self.study._storage, trial._trial_id, values, outcome.metrics(),
-                         also=[self.ledger.complete_statement(key, outcome.cost, outcome.metrics())])
-            self.sampler.after_trial(self.study, trial._cached_frozen_trial, TrialState.COMPLETE, values)
+            metrics = outcome.metrics()
+            when = finish_trial(storage, trial._trial_id, values, metrics,
+                                also=[self.ledger.complete_statement(key, outcome.cost, metrics)])
+            self.sampler.after_trial(self.study, trial, TrialState.COMPLETE, values)
+            self._remember(study_id, as_finished(trial, TrialState.COMPLETE, values, metrics, when))
         else:  # Optuna's tell records a non-finite value as a FAIL (with its warning)
-            write_trial(self.study._storage, trial._trial_id, user_attrs=outcome.metrics())
-            self.study.tell(trial, told)
+            write_trial(storage, trial._trial_id, user_attrs=outcome.metrics())
+            self.study.tell(trial.number, told)
             self.ledger.complete(key, outcome.cost, outcome.metrics())
         self._note_best(outcome.cost)
         self.result.evaluated += 1
@@ -337,8 +369,12 @@ class Search:
                 leftovers = list(self._inflight.values())
                 self._inflight.clear()
             for trial, mask in leftovers:  # interrupted: hand the masks back for the next run
-                self.study.tell(trial, state=TrialState.FAIL)
-                self.ledger.fail(mask_key(mask))
+                try:
+                    finish_trial(self.study._storage, trial._trial_id, None,
+                                 also=[self.ledger.fail_statement(mask_key(mask))], state=TrialState.FAIL)
+                except optuna.exceptions.UpdateFinishedTrialError:
+                    continue  # another driver failed it (its ledger row is released by the next check)
+                self.sampler.after_trial(self.study, trial, TrialState.FAIL, None)
         complete, _ = self._counts()
         best = self._best_trial()
         self.result.complete = complete

@@ -15,9 +15,26 @@ from datetime import datetime, timezone
 
 import optuna
 from optuna.storages._rdb import models
-from sqlalchemy import DateTime, Float, Integer, String, Text, UniqueConstraint, Update, func, select, update
+from sqlalchemy import (
+    DateTime,
+    Float,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    Update,
+    and_,
+    bindparam,
+    func,
+    insert,
+    literal,
+    select,
+    update,
+)
 from sqlalchemy.exc import IntegrityError, ProgrammingError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+
+from storage.rdb import reader
 
 
 class _Base(DeclarativeBase):
@@ -59,6 +76,7 @@ class MaskLedger:
 
     def __init__(self, storage: optuna.storages.RDBStorage, study_id: int):
         self.engine = storage.engine
+        self._reader = reader(self.engine)  # single-statement reads
         self.study_id = study_id
         for attempt in range(3):
             try:
@@ -68,6 +86,7 @@ class MaskLedger:
                 if attempt == 2:
                     raise
                 time.sleep(0.5 + random.random())
+        self._build_statements()
 
     def claim(self, mask_key: str, trial_number: int, owner: str, limit: int | None = None) -> Claim:
         """Claim a mask for evaluation. With ``limit``, refuse (state ``full``) once complete + running
@@ -96,32 +115,74 @@ class MaskLedger:
             return Claim(False, row.state, row.trial_number, row.cost)
 
     def _claim_within(self, mask_key: str, trial_number: int, owner: str, limit: int) -> Claim:
-        with Session(self.engine) as s:
-            # Every limited claim takes this lock first (SQLite: its single writer), so they are serialised.
-            s.execute(select(models.StudyModel.study_id).where(models.StudyModel.study_id == self.study_id)
-                      .with_for_update())
-            held = s.execute(select(func.count()).select_from(MaskRow).where(
-                MaskRow.study_id == self.study_id, MaskRow.state.in_(("complete", "running")))).scalar_one()
-            row = self._row(s, mask_key)
-            if held >= limit:
-                if row is not None and row.state == "retry":
-                    row.state, row.updated = "failed", _now()
-                s.commit()
-                return Claim(False, "full", row.trial_number if row else -1, held=held)
-            if row is None:
-                s.add(MaskRow(study_id=self.study_id, mask_key=mask_key, state="running",
-                              trial_number=trial_number, owner=owner, updated=_now()))
-            elif row.state in ("failed", "retry"):
-                row.state, row.trial_number, row.owner, row.updated = "running", trial_number, owner, _now()
-            else:
-                return Claim(False, row.state, row.trial_number, row.cost, held=held)
-            try:
-                s.commit()
-            except IntegrityError:  # an unlimited claim of the same mask got in first
-                s.rollback()
-                row = self._row(s, mask_key)
-                return Claim(False, row.state, row.trial_number, row.cost, held=held)
-            return Claim(True, "running", trial_number, held=held + 1)
+        for attempt in range(2):
+            with Session(self.engine) as s:
+                try:
+                    claim, _ = self.claim_in(s, mask_key, owner, limit, trial_number)
+                    s.commit()
+                    return claim
+                except IntegrityError:  # an unlimited claim of the same mask got in first: now a plain refusal
+                    s.rollback()
+                    if attempt:
+                        raise
+        raise AssertionError("unreachable")
+
+    def _build_statements(self) -> None:
+        """The statements of every ask, built once: building one costs more than running it."""
+        sid, key, masks = self.study_id, bindparam("key"), MaskRow.__table__
+        study = models.StudyModel.__table__
+        if self.engine.dialect.name == "sqlite":  # no row locks: a write takes the database's write lock
+            self._study_lock = update(study).where(study.c.study_id == sid).values(study_name=study.c.study_name)
+        else:
+            self._study_lock = select(study.c.study_id).where(study.c.study_id == sid).with_for_update()
+        held = (select(func.count()).select_from(masks)
+                .where(masks.c.study_id == sid, masks.c.state.in_(("complete", "running")))
+                .correlate(None).scalar_subquery())
+        trials = models.TrialModel.__table__
+        count = select(func.count()).select_from(trials).where(trials.c.study_id == sid).scalar_subquery()
+        one = select(literal(1).label("one")).subquery()  # one row, whether the mask has a row or not
+        row = one.outerjoin(masks, and_(masks.c.study_id == sid, masks.c.mask_key == key))
+        columns = (masks.c.state, masks.c.trial_number, masks.c.cost)
+        self._peek = select(held, bindparam("number", type_=Integer), *columns).select_from(row)
+        self._peek_new = select(held, count, *columns).select_from(row)
+        self._insert = insert(masks)
+        self._retake = (update(masks).where(masks.c.study_id == sid, masks.c.mask_key == key)
+                        .values(state="running", trial_number=bindparam("number"), owner=bindparam("by"),
+                                updated=bindparam("at")))
+        self._state = select(masks.c.state).where(masks.c.study_id == sid, masks.c.mask_key == key)
+        self._counts = (select(masks.c.state, func.count()).where(masks.c.study_id == sid)
+                        .group_by(masks.c.state))
+
+    def lock_study(self, s: Session) -> None:
+        """Serialise with every limited claim and every trial creation of the study until ``s`` ends: a lock
+        on the study's row, as Optuna's `create_new_trial` takes. SQLite has no row locks: a write to the
+        row takes its database-wide write lock instead, so what ``s`` reads next is current."""
+        s.execute(self._study_lock)
+
+    def claim_in(self, s: Session, mask_key: str, owner: str, limit: int,
+                 trial_number: int | None = None) -> tuple[Claim, int]:
+        """The limited `claim`, in the caller's transaction (nothing committed), and the trial number it
+        recorded. Without ``trial_number`` the claim is for a trial about to be created, whose number is the
+        study's trial count, read under the same lock (`storage.batch.start_trial`). One lock and one read;
+        an `IntegrityError` means an unlimited claim of the mask got in first (roll back, try again)."""
+        self.lock_study(s)
+        if trial_number is None:
+            row = s.execute(self._peek_new, {"key": mask_key}).one()
+        else:
+            row = s.execute(self._peek, {"key": mask_key, "number": trial_number}).one()
+        n_held, number, state, holder, cost = row
+        if n_held >= limit:
+            if state == "retry":
+                s.execute(self._update(mask_key, state="failed"))
+            return Claim(False, "full", holder if state is not None else -1, held=n_held), number
+        if state is None:
+            s.execute(self._insert, {"study_id": self.study_id, "mask_key": mask_key, "state": "running",
+                                     "trial_number": number, "owner": owner, "updated": _now()})
+        elif state in ("failed", "retry"):
+            s.execute(self._retake, {"key": mask_key, "number": number, "by": owner, "at": _now()})
+        else:
+            return Claim(False, state, holder, cost, held=n_held), number
+        return Claim(True, "running", number, held=n_held + 1), number
 
     def complete(self, mask_key: str, cost: float, metrics: dict) -> None:
         with Session(self.engine) as s:
@@ -136,6 +197,11 @@ class MaskLedger:
     def fail(self, mask_key: str) -> None:
         self._set(mask_key, state="failed")
 
+    def fail_statement(self, mask_key: str) -> Update:
+        """The statement that releases a mask whose evaluation failed, to run in another transaction of this
+        database (`storage.batch.finish_trial` commits it with the trial's FAIL)."""
+        return self._update(mask_key, state="failed")
+
     def fail_trial(self, trial_number: int) -> None:
         """Release the mask a dead trial held, so it can be claimed and evaluated again."""
         with Session(self.engine) as s:
@@ -145,24 +211,21 @@ class MaskLedger:
             s.commit()
 
     def state(self, mask_key: str) -> str | None:
-        with Session(self.engine) as s:
-            row = self._row(s, mask_key)
-            return row.state if row else None
+        with self._reader.connect() as c:
+            return c.execute(self._state, {"key": mask_key}).scalar_one_or_none()
 
     def is_taken(self, mask_key: str) -> bool:
         """True if the mask is complete, being evaluated, or queued for a retry."""
         return self.state(mask_key) in ("complete", "running", "retry")
 
     def counts(self) -> dict[str, int]:
-        with Session(self.engine) as s:
-            rows = s.execute(select(MaskRow.state, func.count()).where(MaskRow.study_id == self.study_id)
-                             .group_by(MaskRow.state)).all()
-            return {state: n for state, n in rows}
+        with self._reader.connect() as c:
+            return {state: n for state, n in c.execute(self._counts).all()}
 
     def running(self) -> list[tuple[str, int]]:
         """(mask_key, trial_number) of every mask being evaluated now, by any driver."""
-        with Session(self.engine) as s:
-            return [tuple(r) for r in s.execute(select(MaskRow.mask_key, MaskRow.trial_number).where(
+        with self._reader.connect() as c:
+            return [tuple(r) for r in c.execute(select(MaskRow.mask_key, MaskRow.trial_number).where(
                 MaskRow.study_id == self.study_id, MaskRow.state == "running")).all()]
 
     def take_for_retry(self) -> list[tuple[str, int]]:
@@ -185,7 +248,8 @@ class MaskLedger:
                                                MaskRow.mask_key == mask_key)).scalar_one_or_none()
 
     def _update(self, mask_key: str, **values) -> Update:
-        return (update(MaskRow).where(MaskRow.study_id == self.study_id, MaskRow.mask_key == mask_key)
+        masks = MaskRow.__table__  # a Core statement: no ORM session synchronisation when it runs
+        return (update(masks).where(masks.c.study_id == self.study_id, masks.c.mask_key == mask_key)
                 .values(updated=_now(), **values))
 
     def _set(self, mask_key: str, **values) -> None:

@@ -32,6 +32,13 @@ def _engine_kwargs(url: URL) -> dict:
     return {"pool_pre_ping": True, "pool_size": 4, "max_overflow": 8}
 
 
+def reader(engine: sqlalchemy.Engine) -> sqlalchemy.Engine:
+    """``engine`` for reads of one statement: autocommit on PostgreSQL, where psycopg otherwise sends a BEGIN
+    and a ROLLBACK, each a round trip, around every read. Elsewhere ``engine`` itself: pysqlite opens no
+    transaction for a SELECT, and MySQL's autocommit switch would be a round trip of its own."""
+    return engine.execution_options(isolation_level="AUTOCOMMIT") if engine.dialect.name == "postgresql" else engine
+
+
 def validate_url(url: str) -> URL:
     """Parse and probe ``url`` without creating anything. Raises StorageError with a one-line reason."""
     try:
