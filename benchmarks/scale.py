@@ -6,8 +6,8 @@ behind the real `RayPool`; only the actor body is synthetic. Printed side by sid
 
 * trials/s in steady state and end to end, against the ideal ``workers / latency``;
 * the overhead that implies per 1 s evaluation (``ideal / achieved - 1``);
-* the sampler's ask latency (and the whole ask: sampler + Optuna + ledger writes) near 100, 500 and 1000
-  completed trials;
+* the sampler's ask latency (and the whole ask: sampler + Optuna + ledger writes) per trial near 100, 500 and
+  1000 completed trials (a batch ask's time shared by the trials it started), and trials per sampler call;
 * the database's share of the driver's time per trial (SQL time / wall time per trial).
 
     python benchmarks/scale.py                     # 32 and 64 workers, 1000 trials each, 1 s latency
@@ -101,25 +101,32 @@ class TimedSearch(Search):
         self.done_at: list[float] = []  # monotonic time of each completion
         self.busy = {"ask": 0.0, "tell": 0.0, "check": 0.0}
         self._sampler_s = 0.0
+        self.fits, self.started = 0, 0  # sampler calls (one fit each) and trials started
         base = self.sampler  # dimr's budget sampler, around TPE or the swap proposer
-        inner = base.sample_relative
+        for name in ("sample_relative", "sample_batch"):
+            setattr(base, name, self._timed(getattr(base, name)))
 
-        def timed(study, trial, space):
+    def _timed(self, inner):
+        def timed(*args):
             t = time.perf_counter()
+            self.fits += 1
             try:
-                return inner(study, trial, space)
+                return inner(*args)
             finally:
                 self._sampler_s += time.perf_counter() - t
+        return timed
 
-        base.sample_relative = timed
-
-    def _ask(self) -> int:
+    def _ask(self, want: int = 1) -> int:
+        """Timed per trial: a batch's ask and sampler time are shared by the trials it started."""
         self._sampler_s = 0.0
+        before = len(self._inflight) + self.result.pruned_duplicates
         t = time.perf_counter()
-        held = super()._ask()
+        held = super()._ask(want)
         dt = time.perf_counter() - t
         self.busy["ask"] += dt
-        self.asks.append((self.result.evaluated, dt, self._sampler_s))
+        n = max(1, len(self._inflight) + self.result.pruned_duplicates - before)
+        self.started += n
+        self.asks.extend([(self.result.evaluated, dt / n, self._sampler_s / n)] * n)
         return held
 
     def _tell(self, ticket, outcome) -> None:
@@ -252,7 +259,8 @@ def run_one(pool: RayPool, workers: int, trials: int, latency: float, skip: int,
            "sql_ms_per_trial": 1e3 * (clock.seconds - sql0) / n, "sql_per_trial": clock.statements / n,
            "db_share": (clock.seconds - sql0) / wall, "busy_share": sum(search.busy.values()) / wall,
            "busy": {k: v / wall for k, v in search.busy.items()},
-           "cpu_ms_per_trial": 1e3 * cpu / n, "pg_cpu_ms_per_trial": 1e3 * pg / n}
+           "cpu_ms_per_trial": 1e3 * cpu / n, "pg_cpu_ms_per_trial": 1e3 * pg / n,
+           "per_fit": search.started / max(1, search.fits)}
     for m in MARKS:
         out[f"ask_{m}"] = _median_near(search.asks, m, 1)
         out[f"sampler_{m}"] = _median_near(search.asks, m, 2)
@@ -278,6 +286,7 @@ def print_table(rows: list[dict], latency: float, file=None) -> None:
     ]
     lines += [(f"trials/s over trials {max(1, m - 100)}-{m}", lambda r, m=m: _f(r[f"rate_{m}"], ".1f"))
               for m in MARKS]
+    lines += [("trials started per sampler call", lambda r: _f(r.get("per_fit"), ".1f"))]
     lines += [(f"sampler ask ms @ {m} done", lambda r, m=m: _f(r[f"sampler_{m}"] and 1e3 * r[f"sampler_{m}"],
                                                                 ".1f")) for m in MARKS]
     lines += [(f"whole ask ms @ {m} done", lambda r, m=m: _f(r[f"ask_{m}"] and 1e3 * r[f"ask_{m}"], ".1f"))

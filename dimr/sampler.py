@@ -19,7 +19,7 @@ from __future__ import annotations
 import copy
 import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import optuna
@@ -182,11 +182,42 @@ class BudgetSampler(BaseSampler):
                 mask = project(params_to_mask(proposal, self.budget.num_layers), budget, rng)
         if mask is None:
             mask = random_mask(budget, rng)
+        return mask_to_params(self._novel(mask, budget, rng, self.is_taken))
+
+    def batches(self, trial_number: int) -> bool:
+        """Whether `sample_batch` draws several masks from one fit for trials from ``trial_number`` on: the swap
+        proposer's Bayesian phase. (Elsewhere each trial is sampled on its own: random draws cost nothing, and
+        TPE's constant liar needs each proposal in flight before the next fit.)"""
+        return isinstance(self.base, SwapProposer) and self.phase(trial_number) == "bayes"
+
+    def sample_batch(self, study, trials: Sequence[FrozenTrial]) -> list[dict[str, int]]:
+        """Params for each of ``trials`` (new trials, none enqueued, all in the swap proposer's Bayesian phase)
+        from one fit of the model: `SwapProposer.propose_batch`, one posterior draw per trial, seeded by its
+        number as `sample_relative` seeds it, then the same novelty fallback. The masks are distinct and not
+        taken; with one trial this is exactly `sample_relative`."""
+        if not all(self.batches(t.number) and "fixed_params" not in t.system_attrs for t in trials):
+            raise ValueError("sample_batch takes new trials in the swap proposer's Bayesian phase")
+        if len(trials) == 1:
+            return [self.sample_relative(study, trials[0], mask_space(self.budget.num_layers))]
+        rngs = [self._rng(t) for t in trials]
+        budgets = [self.trial_budget(t.number) for t in trials]
+        proposed = self.base.propose_batch(budgets, self._evaluated(study), self.is_taken, rngs, self._held(study))
+        chosen: set[Mask] = set()
+        out = []
+        for mask, budget, rng in zip(proposed, budgets, rngs, strict=True):
+            mask = self._novel(mask if mask is not None else random_mask(budget, rng), budget, rng,
+                               lambda m: m in chosen or self.is_taken(m))
+            chosen.add(mask)
+            out.append(mask_to_params(mask))
+        return out
+
+    def _novel(self, mask: Mask, budget: Budget, rng: np.random.Generator, is_taken: Callable[[Mask], bool]) -> Mask:
+        """``mask``, or if taken a nearby untaken one (budget-preserving moves, then a scan of a small space)."""
         for _ in range(NOVELTY_TRIES):
-            if not self.is_taken(mask):
-                return mask_to_params(mask)
+            if not is_taken(mask):
+                return mask
             mask = neighbour(mask, rng)
-        return mask_to_params(self._any_untaken(budget, rng) or mask)
+        return self._any_untaken(budget, rng, is_taken) or mask
 
     def _evaluated(self, study) -> list[tuple[Mask, float]]:
         """(mask, cost) of the complete trials the capped history shows (the best and the most recent, like
@@ -211,7 +242,8 @@ class BudgetSampler(BaseSampler):
                 out.add(mask)
         return out
 
-    def _any_untaken(self, budget: Budget, rng: np.random.Generator) -> Mask | None:
+    def _any_untaken(self, budget: Budget, rng: np.random.Generator,
+                     is_taken: Callable[[Mask], bool] | None = None) -> Mask | None:
         """Nearly exhausted small spaces: scan every budget mask in random order."""
         n, k = budget.num_layers, budget.skip
         if math.comb(n, k) > ENUMERATE_LIMIT:
@@ -219,7 +251,7 @@ class BudgetSampler(BaseSampler):
         combos = list(itertools.combinations(range(n), k))
         for j in rng.permutation(len(combos)):
             mask = tuple(i not in combos[j] for i in range(n))
-            if not self.is_taken(mask):
+            if not (is_taken or self.is_taken)(mask):
                 return mask
         return None
 

@@ -31,7 +31,7 @@ from dimr.errors import DimrError
 from dimr.routing import mask_from_key, mask_key
 from dimr.sampler import BudgetSampler, make_base_sampler, mask_space, mask_to_params, params_to_mask
 from storage import MaskLedger
-from storage.batch import as_finished, beat, finish_trial, start_trial, write_trial
+from storage.batch import Started, as_finished, beat, finish_trial, start_trial, start_trials, write_trial
 from storage.cache import StudyCache
 from storage.rdb import GRACE_S, HEARTBEAT_S
 from workers.base import Evaluation, Evaluator
@@ -40,6 +40,7 @@ SETTINGS_ATTR = "dimr_settings"
 SEEDS_ATTR = "dimr_seeds"
 SETUP_WAIT_S = 30.0  # how long a driver waits for a concurrent driver to finish creating the study
 METRICS = ("top1_agreement", "expected_acceptance", "tokens", "seconds", "worker")  # Evaluation.metrics()
+BATCH_MAX = 8  # the most trials one sampler fit proposes when that many slots are idle (swap's Bayesian phase)
 CHECK_EVERY_S = 2.0  # how often a busy driver looks for dead drivers' trials and failed masks
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 # dimr drives heartbeats itself (ask/tell, not Study.optimize) and relies on fail_stale_trials on purpose.
@@ -93,6 +94,13 @@ class SearchResult:
     best_trial: int | None
     pruned_duplicates: int = 0
     retried: list[int] = field(default_factory=list)
+
+
+def _new_trial(number: int) -> FrozenTrial:
+    """The trial ``number`` as the sampler sees it before it exists (`Search._ask` creates it after sampling)."""
+    return FrozenTrial(number=number, state=TrialState.RUNNING, value=None, datetime_start=datetime.now(),
+                       datetime_complete=None, params={}, distributions={}, user_attrs={}, system_attrs={},
+                       intermediate_values={}, trial_id=-1)
 
 
 def owner_id() -> str:
@@ -247,26 +255,31 @@ class Search:
             taken = self._taken[key] = self.ledger.is_taken(key)
         return taken
 
-    def _ask(self) -> int:
-        """Start one trial; return the study's complete + running masks after it (all drivers).
+    def _ask(self, want: int = 1) -> int:
+        """Start one trial, or up to ``want`` from one sampler fit; return the study's complete + running masks
+        after them (all drivers).
 
         Optuna's `Study.ask` creates the trial (its own transaction) before the sampler runs; here the sampler
         runs first, for the next trial number, and `start_trial` creates the trial with its params and
         attributes and claims its mask in one transaction. An enqueued (WAITING) trial is taken first, as
-        `Study.ask` takes it. Another driver may number a trial first: this one then gets the next number (its
-        mask was drawn for the number before, its phase is the one it was drawn in)."""
+        `Study.ask` takes it, and alone. Another driver may number a trial first: this one then gets the next
+        number (its mask was drawn for the number before, its phase is the one it was drawn in).
+
+        Batch: with no trial enqueued, ``want`` > 1 and a sampler that `batches` (swap, Bayesian phase), the
+        masks of the next ``want`` numbers come from one fit (distinct, none taken) and are started together by
+        `start_trials` (one transaction, claimed and numbered in order, up to the study's target)."""
         self._taken.clear()
-        study_id, skip = self.study._study_id, set()
+        skip: set[int] = set()
         while True:
             with self._one_read():
                 self.study._thread_local.cached_all_trials = None  # one read of the study per ask, as Study.ask
                 trials = self.study._get_trials(deepcopy=False, use_cache=True)
                 waiting = next((t for t in trials if t.state == TrialState.WAITING and t._trial_id not in skip), None)
                 number = waiting.number if waiting else (trials[-1].number + 1 if trials else 0)
-                trial = waiting or FrozenTrial(number=number, state=TrialState.RUNNING, value=None,
-                                               datetime_start=datetime.now(), datetime_complete=None, params={},
-                                               distributions={}, user_attrs={}, system_attrs={},
-                                               intermediate_values={}, trial_id=-1)
+                if waiting is None and want > 1 and self.sampler.batches(number):
+                    batch = self.sampler.sample_batch(self.study, [_new_trial(number + j) for j in range(want)])
+                    break
+                trial = waiting or _new_trial(number)
                 self.sampler.system_attrs = system = {}
                 try:
                     self.sampler.before_trial(self.study, trial)
@@ -276,18 +289,41 @@ class Search:
                               **trial.system_attrs.get("fixed_params", {})}
                 finally:
                     self.sampler.system_attrs = None
-            mask = params_to_mask(params, self.settings.num_layers)
-            if mask.count(False) not in self.settings.skips:
-                raise RuntimeError(f"trial {number} mask {mask_key(mask)} breaks the budget")
-            key = mask_key(mask)
-            attrs = {"mask": key, "phase": trial.user_attrs.get("phase") or self.sampler.phase(number)}
-            started = start_trial(self.study._storage, self.ledger, key, params, mask_space(self.settings.num_layers),
-                                  attrs, self.owner, self.options.trials, system_attrs=system, waiting=waiting)
+            phase = trial.user_attrs.get("phase") or self.sampler.phase(number)
+            started = self._start(params, phase, system, waiting)
             if started is not None:
-                break
+                return self._launch(*started)
             skip.add(waiting._trial_id)  # another driver took this enqueued trial first
+        masks = [self._check_budget(params) for params in batch]
+        items = [(mask_key(m), params, {"mask": mask_key(m), "phase": self.sampler.phase(number + j)})
+                 for j, (m, params) in enumerate(zip(masks, batch, strict=True))]
+        started = start_trials(self.study._storage, self.ledger, items, mask_space(self.settings.num_layers),
+                               self.owner, self.options.trials)
+        held = 0
+        for one, mask in zip(started, masks, strict=False):  # fewer started than drawn: the study is full
+            held = self._launch(one, mask)
+        return held
+
+    def _check_budget(self, params: dict) -> tuple[bool, ...]:
+        mask = params_to_mask(params, self.settings.num_layers)
+        if mask.count(False) not in self.settings.skips:
+            raise RuntimeError(f"mask {mask_key(mask)} breaks the budget")
+        return mask
+
+    def _start(self, params: dict, phase: str, system: dict,
+               waiting: FrozenTrial | None) -> tuple[Started, tuple[bool, ...]] | None:
+        """`start_trial` for one sampled mask (None: another driver took the enqueued trial ``waiting``)."""
+        mask = self._check_budget(params)
+        key = mask_key(mask)
+        started = start_trial(self.study._storage, self.ledger, key, params, mask_space(self.settings.num_layers),
+                              {"mask": key, "phase": phase}, self.owner, self.options.trials, system_attrs=system,
+                              waiting=waiting)
+        return None if started is None else (started, mask)
+
+    def _launch(self, started: Started, mask: tuple[bool, ...]) -> int:
+        """Submit a started trial whose claim was won (else tell the sampler it was pruned); return held."""
         trial, claim = started.trial, started.claim
-        self._remember(study_id, trial)
+        self._remember(self.study._study_id, trial)
         if not claim.won:
             # Full: other drivers claimed the last trials between our count and our claim (no evaluation).
             # Otherwise another trial holds this mask (e.g. a concurrent driver enqueued the same seed).
@@ -352,7 +388,9 @@ class Search:
                 self.on_result(complete, target, self._best_cost)
                 held = complete + elsewhere
                 while len(self._inflight) < self.evaluator.slots and held < target:
-                    held = self._ask()  # the claim counts the study's masks: no extra query per ask
+                    # Idle slots share one sampler fit (at most BATCH_MAX); one idle slot: one mask per fit, as ever.
+                    want = min(self.evaluator.slots - len(self._inflight), target - held, BATCH_MAX)
+                    held = self._ask(want)  # the claim counts the study's masks: no extra query per ask
                 if not self._inflight:
                     if complete >= target:
                         break

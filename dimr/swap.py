@@ -7,6 +7,9 @@ of the weights (Thompson sampling) and proposes, among the masks one *swap* away
 far (one skipped layer kept, one kept layer skipped: the budget holds by construction), the untaken mask the
 sample predicts cheapest.
 
+When several workers are idle at once, `propose_batch` fits the posterior once and draws one weight sample per
+idle worker (batch Thompson sampling): each draw proposes its cheapest untaken mask, none twice.
+
 This is BOCS (Baptista & Poloczek, ICML 2018) with an exact-k budget, its acquisition optimised over swap
 neighbourhoods (a trust region around the incumbents). Measured on the ``mini`` verifier
 (README, "Search quality"), searching only near the best masks beats proposing the model's global optimum:
@@ -93,6 +96,33 @@ class SwapProposer:
         w[-1] += y0
         return w
 
+    def sample_weights_batch(self, masks: Sequence[Mask], costs: Sequence[float],
+                             rngs: Sequence[np.random.Generator]) -> np.ndarray:
+        """One posterior draw of the weights per generator in ``rngs``, from one fit: a [features, len(rngs)] array.
+
+        Column j is what `sample_weights` draws from ``rngs[j]`` (the same normals in the same order); the
+        kernel (or the precision's Cholesky factor) is formed and factorised once for every column."""
+        x = features(masks)
+        y = np.log(np.maximum(np.asarray(costs, dtype=float), 0.0) + EPS)
+        y0 = y.mean()
+        d = prior_variances(len(masks[0]))
+        n, dim = x.shape
+        if n < dim:
+            w0 = np.empty((dim, len(rngs)))
+            e = np.empty((n, len(rngs)))
+            for j, rng in enumerate(rngs):  # per draw: its prior weights, then its noise, as `sample_weights`
+                w0[:, j] = np.sqrt(d) * rng.standard_normal(dim)
+                e[:, j] = np.sqrt(NOISE_VAR) * rng.standard_normal(n)
+            k = (x * d) @ x.T + NOISE_VAR * np.eye(n)
+            w = w0 + d[:, None] * (x.T @ np.linalg.solve(k, (y - y0)[:, None] - x @ w0 - e))
+        else:
+            chol = np.linalg.cholesky(x.T @ x / NOISE_VAR + np.diag(1.0 / d))
+            mean = np.linalg.solve(chol.T, np.linalg.solve(chol, x.T @ (y - y0) / NOISE_VAR))
+            z = np.stack([rng.standard_normal(dim) for rng in rngs], axis=1)
+            w = mean[:, None] + np.linalg.solve(chol.T, z)
+        w[-1] += y0
+        return w
+
     def propose(self, budget: Budget, history: list[tuple[Mask, float]], is_taken: Callable[[Mask], bool],
                 rng: np.random.Generator, held: set[Mask] | None = None) -> Mask | None:
         """The untaken ``budget`` mask a Thompson sample of the model predicts cheapest (None: no data yet).
@@ -114,13 +144,53 @@ class SwapProposer:
             choice = _cheapest_untaken(far, weights, is_taken)
         return choice
 
+    def propose_batch(self, budgets: Sequence[Budget], history: list[tuple[Mask, float]],
+                      is_taken: Callable[[Mask], bool], rngs: Sequence[np.random.Generator],
+                      held: set[Mask] | None = None) -> list[Mask | None]:
+        """One mask per draw, from one fit of the posterior (batch Thompson sampling): draw j proposes, as
+        `propose` with ``budgets[j]`` and ``rngs[j]`` would, the untaken mask its sample predicts cheapest, among
+        those no earlier draw of the batch proposed. A draw that finds none gives None (so does every draw
+        without data)."""
+        if len(budgets) != len(rngs):
+            raise ValueError("one budget per draw")
+        history = [(m, c) for m, c in history if len(m) == budgets[0].num_layers and np.isfinite(c)]
+        if not history:
+            return [None] * len(rngs)
+        weights = self.sample_weights_batch([m for m, _ in history], [c for _, c in history], rngs)
+        seen = {m for m, _ in history} | (held or set())
+        chosen: set[Mask] = set()
 
-def _cheapest_untaken(pool: list[Mask], weights: np.ndarray, is_taken: Callable[[Mask], bool]) -> Mask | None:
+        def taken(m: Mask) -> bool:
+            return m in chosen or is_taken(m)
+
+        pools: dict[Budget, tuple[list[Mask], np.ndarray | None]] = {}  # the swap neighbourhoods, per budget
+        out: list[Mask | None] = []
+        for j, (budget, rng) in enumerate(zip(budgets, rngs, strict=True)):
+            if budget not in pools:
+                best = sorted((mc for mc in history if budget.admits(mc[0])), key=lambda mc: mc[1])[:TOP_MASKS]
+                near = [m for m in dict.fromkeys(n for b, _ in best for n in swaps(b)) if m not in seen]
+                pools[budget] = (near, features(near) if near else None)
+            near, f = pools[budget]
+            choice = None if f is None else _cheapest_untaken(near, weights[:, j], taken, f)
+            if choice is None:
+                far = dict.fromkeys(random_mask(budget, rng) for _ in range(RANDOM_CANDIDATES))
+                far = [m for m in far if m not in seen]
+                choice = _cheapest_untaken(far, weights[:, j], taken)
+            if choice is not None:
+                chosen.add(choice)
+            out.append(choice)
+        return out
+
+
+def _cheapest_untaken(pool: list[Mask], weights: np.ndarray, is_taken: Callable[[Mask], bool],
+                      pool_features: np.ndarray | None = None) -> Mask | None:
     """The pool's mask with the lowest predicted cost that no trial holds. ``is_taken`` is asked in order of
-    prediction, so it runs about once (it is a database query in the driver), not once per candidate."""
+    prediction, so it runs about once (it is a database query in the driver), not once per candidate.
+    ``pool_features``: `features` of ``pool``, if already computed."""
     if not pool:
         return None
-    for i in np.argsort(features(pool) @ weights, kind="stable"):
+    f = features(pool) if pool_features is None else pool_features
+    for i in np.argsort(f @ weights, kind="stable"):
         if not is_taken(pool[i]):
             return pool[i]
     return None

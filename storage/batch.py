@@ -146,12 +146,7 @@ def start_trial(storage: optuna.storages.BaseStorage, ledger: MaskLedger, mask_k
         with Session(rdb.engine) as s:
             try:
                 claim, number = ledger.claim_in(s, mask_key, owner, limit, None if waiting is None else waiting.number)
-                if claim.won:
-                    state, why = TrialState.RUNNING, {"owner": owner}
-                else:
-                    state = TrialState.PRUNED
-                    why = {"over_target": True} if claim.state == "full" else {"duplicate_of": claim.trial_number}
-                attrs = {**user_attrs, **why}
+                state, attrs = _claimed(claim, {**user_attrs, "owner": owner} if claim.won else user_attrs)
                 utc, local = stored_now(rdb.engine)
                 times = {"state": state, "datetime_start": utc, "datetime_complete": None if claim.won else utc}
                 if waiting is None:
@@ -180,14 +175,72 @@ def start_trial(storage: optuna.storages.BaseStorage, ledger: MaskLedger, mask_k
                 if attempt == 2:
                     raise
                 continue
-        user, system = (waiting.user_attrs, waiting.system_attrs) if waiting else ({}, {})
-        trial = FrozenTrial(
-            number=number, state=state, value=None, values=None, datetime_start=local,
-            datetime_complete=None if claim.won else local,
-            params={name: d.to_external_repr(d.to_internal_repr(params[name])) for name, d in distributions.items()},
-            distributions=dict(distributions), user_attrs={**user, **_as_read(attrs)},
-            system_attrs={**system, **_as_read(system_attrs)}, intermediate_values={}, trial_id=trial_id)
-        return Started(trial, claim)
+        return _started(trial_id, number, claim, local, params, distributions, attrs, system_attrs, waiting)
+    raise AssertionError("unreachable")
+
+
+def _claimed(claim: Claim, user_attrs: dict[str, Any]) -> tuple[TrialState, dict[str, Any]]:
+    """The state of a trial started with ``claim`` and its user attributes (with the claim's owner or refusal)."""
+    if claim.won:
+        return TrialState.RUNNING, user_attrs
+    why = {"over_target": True} if claim.state == "full" else {"duplicate_of": claim.trial_number}
+    return TrialState.PRUNED, {**user_attrs, **why}
+
+
+def _started(trial_id: int, number: int, claim: Claim, local: datetime, params: dict[str, Any],
+             distributions: dict[str, BaseDistribution], attrs: dict[str, Any], system_attrs: dict[str, Any] | None,
+             waiting: FrozenTrial | None = None) -> Started:
+    """A started trial as a read would give it back."""
+    user, system = (waiting.user_attrs, waiting.system_attrs) if waiting else ({}, {})
+    trial = FrozenTrial(
+        number=number, state=TrialState.RUNNING if claim.won else TrialState.PRUNED, value=None, values=None,
+        datetime_start=local, datetime_complete=None if claim.won else local,
+        params={name: d.to_external_repr(d.to_internal_repr(params[name])) for name, d in distributions.items()},
+        distributions=dict(distributions), user_attrs={**user, **_as_read(attrs)},
+        system_attrs={**system, **_as_read(system_attrs)}, intermediate_values={}, trial_id=trial_id)
+    return Started(trial, claim)
+
+
+def start_trials(storage: optuna.storages.BaseStorage, ledger: MaskLedger,
+                 items: Sequence[tuple[str, dict[str, Any], dict[str, Any]]],
+                 distributions: dict[str, BaseDistribution], owner: str, limit: int) -> list[Started]:
+    """`start_trial` for several new trials, ``items`` of (mask key, params, user attributes), in one transaction:
+    each claimed and numbered in order under one lock on the study, then every trial's attributes, params and
+    first heartbeat in one statement each. All or nothing. Stops after the first claim refused as full (the
+    study holds ``limit`` masks: the rest would be refused too), so it may return fewer than ``items``."""
+    rdb = _backend(storage)
+    for attempt in range(3):
+        out: list[tuple[int, int, Claim, datetime, dict[str, Any], dict[str, Any]]] = []
+        with Session(rdb.engine) as s:
+            try:
+                for key, params, user_attrs in items:
+                    claim, number = ledger.claim_in(s, key, owner, limit, locked=bool(out))
+                    state, attrs = _claimed(claim, {**user_attrs, "owner": owner} if claim.won else user_attrs)
+                    utc, local = stored_now(rdb.engine)
+                    times = {"state": state, "datetime_start": utc, "datetime_complete": None if claim.won else utc}
+                    trial_id = s.execute(_INSERT_TRIAL, {"number": number, "study_id": ledger.study_id, **times}
+                                         ).inserted_primary_key[0]
+                    out.append((trial_id, number, claim, local, params, attrs))
+                    if claim.state == "full":
+                        break
+                s.execute(_INSERT_USER_ATTR, [{"trial_id": t, "key": k, "value_json": json.dumps(v)}
+                                              for t, *_, attrs in out for k, v in attrs.items()])
+                as_json = {id(d): distribution_to_json(d) for d in distributions.values()}
+                s.execute(_INSERT_PARAM, [
+                    {"trial_id": t, "param_name": name, "param_value": d.to_internal_repr(params[name]),
+                     "distribution_json": as_json[id(d)]}
+                    for t, _, _, _, params, _ in out for name, d in distributions.items()])
+                won = [{"trial_id": t} for t, _, claim, *_ in out if claim.won]
+                if won:
+                    s.execute(_INSERT_HEARTBEAT, won)
+                s.commit()
+            except IntegrityError:  # an unlimited claim took a mask meanwhile: the next try sees its row
+                s.rollback()
+                if attempt == 2:
+                    raise
+                continue
+        return [_started(t, number, claim, local, params, distributions, attrs, None)
+                for t, number, claim, local, params, attrs in out]
     raise AssertionError("unreachable")
 
 

@@ -160,12 +160,14 @@ class MaskLedger:
         s.execute(self._study_lock)
 
     def claim_in(self, s: Session, mask_key: str, owner: str, limit: int,
-                 trial_number: int | None = None) -> tuple[Claim, int]:
+                 trial_number: int | None = None, locked: bool = False) -> tuple[Claim, int]:
         """The limited `claim`, in the caller's transaction (nothing committed), and the trial number it
         recorded. Without ``trial_number`` the claim is for a trial about to be created, whose number is the
         study's trial count, read under the same lock (`storage.batch.start_trial`). One lock and one read;
-        an `IntegrityError` means an unlimited claim of the mask got in first (roll back, try again)."""
-        self.lock_study(s)
+        an `IntegrityError` means an unlimited claim of the mask got in first (roll back, try again).
+        ``locked``: ``s`` already holds the study's lock (an earlier claim in it took it)."""
+        if not locked:
+            self.lock_study(s)
         if trial_number is None:
             row = s.execute(self._peek_new, {"key": mask_key}).one()
         else:

@@ -287,8 +287,8 @@ class CountingSearch(Search):
             into.append(self._log)
             self._log = None
 
-    def _ask(self) -> int:
-        return self._counted(self.asks, super()._ask)
+    def _ask(self, want: int = 1) -> int:
+        return self._counted(self.asks, super()._ask, want)
 
     def _tell(self, ticket, outcome) -> None:
         self._counted(self.tells, super()._tell, ticket, outcome)

@@ -177,3 +177,47 @@ def test_cache_rereads_only_what_others_changed(storage_url, monkeypatch):
     b_storage.set_trial_state_values(mine._trial_id, TrialState.FAIL)  # e.g. failed as a dead driver's
     assert a.get_trials()[0].state == TrialState.FAIL and read == [other._trial_id, mine._trial_id]
     assert a.get_trials() == _read(storage_url)
+
+
+def _start_many(study: optuna.Study, ledger: MaskLedger, keys: list[str], limit: int = 10) -> list[batch.Started]:
+    return batch.start_trials(study._storage, ledger, [(k, _params(k), {"mask": k, "phase": "bayes"}) for k in keys],
+                              SPACE, "me", limit)
+
+
+def test_start_trials_writes_a_batch_as_start_trial_writes_each(any_url):
+    """Numbered in order under one lock, won/duplicate as `start_trial` would answer each, stopping at the first
+    claim refused as full; plain Optuna reads back exactly the returned trials, and the ledger agrees."""
+    storage, study, ledger = _study(any_url)
+    first = _start(study, ledger, "1100")
+    started = _start_many(study, ledger, ["1010", "1100", "0110", "0101", "0011", "1001"], limit=4)
+    assert [s.trial.number for s in started] == [1, 2, 3, 4, 5]  # "1001" is never tried: full at "0011"
+    assert [s.claim.won for s in started] == [True, False, True, True, False]
+    assert started[1].trial.user_attrs["duplicate_of"] == 0 and started[1].trial.state == TrialState.PRUNED
+    assert started[4].claim.state == "full" and started[4].trial.user_attrs["over_target"] is True
+    assert started[0].trial.user_attrs == {"mask": "1010", "phase": "bayes", "owner": "me"}
+    assert [s.claim.held for s in started] == [2, 2, 3, 4, 4]
+    assert _read(any_url) == [first.trial] + [s.trial for s in started]
+    assert _rows(storage, models.TrialHeartbeatModel) == 4 and _rows(storage, models.TrialParamModel) == 6 * 4
+    assert ledger.counts() == {"running": 4} and ledger.state("0011") is None and ledger.state("1001") is None
+
+
+def test_start_trials_commits_all_rows_or_none(storage_url, monkeypatch):
+    storage, study, ledger = _study(storage_url)
+    real = ledger.claim_in
+    calls = []
+
+    def crash(*args, **kw):
+        calls.append(args)
+        if len(calls) == 3:
+            raise RuntimeError("killed mid-transaction")
+        return real(*args, **kw)
+
+    monkeypatch.setattr(ledger, "claim_in", crash)
+    with pytest.raises(RuntimeError, match="killed"):
+        _start_many(study, ledger, ["1010", "0110", "0101"])
+    assert _read(storage_url) == [] and ledger.counts() == {}
+    for model in (models.TrialParamModel, models.TrialHeartbeatModel, models.TrialUserAttributeModel):
+        assert _rows(storage, model) == 0
+    monkeypatch.setattr(ledger, "claim_in", real)
+    started = _start_many(study, ledger, ["1010", "0110", "0101"])
+    assert [s.trial.number for s in started] == [0, 1, 2] and _read(storage_url) == [s.trial for s in started]

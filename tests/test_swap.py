@@ -106,3 +106,58 @@ def test_held_masks_are_skipped_without_asking():
     second = swap.SwapProposer().propose(budget, history, lambda m: asked.append(m) or False,
                                          np.random.default_rng(7), held={first})
     assert second != first and first not in asked and asked == [second]
+
+
+@pytest.mark.parametrize("n", [5, 40], ids=["fewer-masks-than-features", "more-masks-than-features"])
+def test_a_batch_of_draws_is_the_single_draws_from_one_fit(n):
+    """Column j of one batched fit is what `sample_weights` draws from the same generator."""
+    masks, costs = _data(n, 4, seed=n)
+    p = swap.SwapProposer()
+    batch = p.sample_weights_batch(masks, costs, [np.random.default_rng([3, j]) for j in range(5)])
+    singles = np.stack([p.sample_weights(masks, costs, np.random.default_rng([3, j])) for j in range(5)], axis=1)
+    np.testing.assert_allclose(batch, singles, rtol=1e-9, atol=1e-9)
+    assert np.linalg.matrix_rank(batch) == 5  # independent draws, not one draw repeated
+
+
+@pytest.mark.parametrize("n", [5, 40], ids=["fewer-masks-than-features", "more-masks-than-features"])
+def test_batched_draws_follow_the_posterior(n):
+    """Every column of batched draws is a posterior draw (mean and covariance against scipy), and the columns of
+    one batch are uncorrelated with each other (independent draws from the one fitted posterior)."""
+    masks, costs = _data(n, 4, seed=n)
+    mean, cov = _reference_posterior(masks, costs)
+    rng = np.random.default_rng(11)
+    w = np.stack([swap.SwapProposer().sample_weights_batch(masks, costs, [rng, rng, rng]) for _ in range(3000)])
+    se = np.sqrt(np.diag(cov) / len(w))
+    for j in range(3):
+        assert np.all(np.abs(w[:, :, j].mean(0) - mean) < 5 * se)
+        assert np.linalg.norm(np.cov(w[:, :, j].T) - cov) / np.linalg.norm(cov) < 0.1
+    cross = (w[:, :, 0] - mean).T @ (w[:, :, 1] - mean) / len(w)
+    assert np.linalg.norm(cross) / np.linalg.norm(cov) < 0.1
+
+
+def test_a_batch_of_proposals_is_distinct_on_the_budget_and_untaken():
+    budget = Budget(10, 3)
+    _, costs = _data(15, 10, seed=3)
+    history = [(random_mask(budget, np.random.default_rng(i)), c) for i, c in enumerate(costs)]
+    first = swap.SwapProposer().propose(budget, history, lambda m: False, np.random.default_rng([7, 0]))
+    taken = {first}
+    rngs = [np.random.default_rng([7, j]) for j in range(12)]
+    out = swap.SwapProposer().propose_batch([budget] * 12, history, taken.__contains__, rngs)
+    assert len(out) == 12 and len(set(out)) == 12
+    assert all(budget.admits(m) and m not in taken and m not in dict(history) for m in out)
+    # with nothing taken, the first draw of the batch is exactly `propose` with its generator
+    again = swap.SwapProposer().propose_batch([budget] * 3, history, lambda m: False,
+                                              [np.random.default_rng([7, j]) for j in range(3)])
+    assert again[0] == first
+
+
+def test_a_batch_larger_than_the_neighbourhoods_looks_further_afield():
+    """4 layers, skip 2 (6 masks), 2 evaluated: the swaps of the best cover what is left; a batch of 4 takes every
+    untaken mask once, and a fifth draw finds none."""
+    budget = Budget(4, 2)
+    history = [((False, False, True, True), 0.1), ((True, True, False, False), 0.5)]
+    rngs = [np.random.default_rng(j) for j in range(5)]
+    out = swap.SwapProposer().propose_batch([budget] * 5, history, lambda m: False, rngs)
+    assert sorted(out[:4]) == sorted(m for m in itertools.product([False, True], repeat=4)
+                                     if budget.admits(m) and m not in dict(history))
+    assert out[4] is None
