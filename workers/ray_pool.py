@@ -51,6 +51,11 @@ class ScorerActor:
     def pid(self) -> int:
         return os.getpid()
 
+    def placement(self) -> dict:
+        """Where Ray put this worker: its GPU ids, what CUDA sees, and the torch device it scores on."""
+        return {"gpu_ids": [str(i) for i in ray.get_gpu_ids()], "visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                "device": str(self.scorer.device)}
+
     def score(self, mask: tuple[bool, ...]) -> Evaluation:
         return self.scorer.score(mask)
 
@@ -79,7 +84,7 @@ class LocalRay:
     nothing written to ``~/.ray`` (Ray 2.5x turns token auth on and would save the token there; the token
     lives in the temp dir instead). `close` stops it and removes the temp dir."""
 
-    def __init__(self, num_cpus: int, temp_dir: str | None = None):
+    def __init__(self, num_cpus: int, temp_dir: str | None = None, num_gpus: int | None = None):
         # Short path: Ray's unix sockets live under it and must stay below ~107 characters.
         self.temp_dir = tempfile.mkdtemp(prefix="dimr-ray-", dir=temp_dir)
         self._saved_env = {k: os.environ.get(k) for k in _AUTH_VARS}
@@ -91,7 +96,7 @@ class LocalRay:
             _reload_auth_token()
         root = str(Path(__file__).resolve().parents[1])  # the checkout, for runs without an install
         path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
-        ctx = ray.init(num_cpus=num_cpus, include_dashboard=False, _temp_dir=self.temp_dir,
+        ctx = ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False, _temp_dir=self.temp_dir,
                        log_to_driver=False, configure_logging=False,
                        runtime_env={"env_vars": {"PYTHONPATH": path}})
         self.address: str = ctx.address_info["gcs_address"]
@@ -116,12 +121,12 @@ class RayPool:
 
     def __init__(self, spec: EvalSpec, workers: int = 2, address: str | None = None, *,
                  actor_cls: type = ScorerActor, max_restarts: int = 2, cpus_per_worker: float | None = None,
-                 num_cpus: int | None = None, temp_dir: str | None = None):
+                 num_cpus: int | None = None, temp_dir: str | None = None, num_gpus: int | None = None):
         self._local: LocalRay | None = None
         self._connected = False
         if not ray.is_initialized():
             if address is None:
-                self._local = LocalRay(num_cpus or os.cpu_count() or 1, temp_dir)
+                self._local = LocalRay(num_cpus or os.cpu_count() or 1, temp_dir, num_gpus)
             else:
                 ray.init(address=address, log_to_driver=False)
             self._connected = True
