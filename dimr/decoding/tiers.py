@@ -8,8 +8,9 @@ Two kinds of cache:
 - dynamic (default): transformers' ``DynamicCache``, which grows by ``torch.cat`` each forward. Sliding-window
   layers (Gemma2) are put in past-recording mode so that a crop can roll back past the window; that mode
   needs exactly one ``crop`` after the forwards that grew the cache, which the decoding loops do every block.
-- static + compiled (``compiled=True``, the gpt-fast recipe): a ``StaticCache`` preallocated for the whole
-  decode, where a crop only moves the write position, and a ``torch.compile``d forward (CUDA graphs on GPU).
+- static + compiled (``compiled=True``, the gpt-fast recipe): transformers' ``StaticLayer``s preallocated for
+  the whole decode, where a crop only moves the write position, and a ``torch.compile``d forward (CUDA graphs
+  on GPU).
   Inputs are padded to a few bucket sizes so that only a handful of shapes compile: the padded tokens come
   after the real ones, so causal attention keeps them out of the real tokens' outputs, and the crop that
   follows forgets their keys/values. Prompts longer than the largest bucket run the same model eagerly.
