@@ -114,13 +114,59 @@ def mask_to_params(mask: Mask) -> dict[str, int]:
     return {PARAM.format(i): int(b) for i, b in enumerate(mask)}
 
 
+class BatchTPESampler(optuna.samplers.TPESampler):
+    """Optuna's TPE that can also propose several candidates from one fit of its two densities (`sample_batch`).
+
+    One ask of TPE draws ``n_ei_candidates`` (24) candidates from the good trials' density l and keeps the one
+    with the highest l/g. `sample_batch` runs TPE's own ask once with k times as many candidates and keeps the
+    best of each consecutive group of ``n_ei_candidates`` that no earlier group picked: k TPE proposals from one
+    fit, distinct. The trials in flight are in that fit as constant liar puts them there; the batch's own
+    proposals do not lie to each other (distinctness stands in for that). Outside `sample_batch` it is plain
+    TPE."""
+
+    _batch: tuple[dict[str, np.ndarray], np.ndarray] | None = None
+    _batching = False
+
+    def sample_batch(self, study, trial: FrozenTrial, search_space: dict, k: int) -> list[dict]:
+        """k proposals (each a params dict, empty while TPE is in its startup phase) from one fit."""
+        if k == 1:
+            return [self.sample_relative(study, trial, search_space)]
+        n = self._n_ei_candidates
+        self._n_ei_candidates, self._batching, self._batch = n * k, True, None
+        try:
+            best = self.sample_relative(study, trial, search_space)
+            batch = self._batch
+        finally:
+            self._n_ei_candidates, self._batching, self._batch = n, False, None
+        if not best:  # no fit (too few trials): nothing to propose
+            return [{} for _ in range(k)]
+        if batch is None:  # loud, not k random masks: this Optuna's TPE no longer scores candidates there
+            raise RuntimeError("TPESampler._compute_acquisition_func was not called: update BatchTPESampler")
+        samples, acquisition = batch
+        names = list(search_space)
+        rows = np.stack([np.asarray(samples[name], dtype=float) for name in names], axis=1)
+        picked: set[bytes] = set()
+        out = []
+        for j in range(k):  # the group's best candidate that no earlier group picked (its best, if all were)
+            group = j * n + np.argsort(-acquisition[j * n:(j + 1) * n], kind="stable")
+            i = next((int(i) for i in group if rows[i].tobytes() not in picked), int(group[0]))
+            picked.add(rows[i].tobytes())
+            out.append({name: search_space[name].to_external_repr(samples[name][i].item()) for name in names})
+        return out
+
+    def _compute_acquisition_func(self, samples, mpe_below, mpe_above) -> np.ndarray:
+        values = super()._compute_acquisition_func(samples, mpe_below, mpe_above)
+        if self._batching:
+            self._batch = (samples, values)
+        return values
+
+
 def make_base_sampler(name: str, seed: int | None, startup: int) -> BaseSampler | SwapProposer | None:
     """The Bayesian sampler behind the budget: ``swap`` (default), ``tpe``, ``gp``, or ``random`` (none)."""
     if name == "swap":
         return SwapProposer()  # needs no random phase: startup 0 goes from the seeds straight to it
     if name == "tpe":
-        return optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True,
-                                          n_startup_trials=max(1, startup))
+        return BatchTPESampler(seed=seed, multivariate=True, constant_liar=True, n_startup_trials=max(1, startup))
     if name == "gp":
         return optuna.samplers.GPSampler(seed=seed, n_startup_trials=max(1, startup))
     if name == "random":
@@ -185,23 +231,29 @@ class BudgetSampler(BaseSampler):
         return mask_to_params(self._novel(mask, budget, rng, self.is_taken))
 
     def batches(self, trial_number: int) -> bool:
-        """Whether `sample_batch` draws several masks from one fit for trials from ``trial_number`` on: the swap
-        proposer's Bayesian phase. (Elsewhere each trial is sampled on its own: random draws cost nothing, and
-        TPE's constant liar needs each proposal in flight before the next fit.)"""
-        return isinstance(self.base, SwapProposer) and self.phase(trial_number) == "bayes"
+        """Whether `sample_batch` draws several masks from one fit for trials from ``trial_number`` on: the
+        Bayesian phase of the swap proposer or of TPE. (Random draws cost nothing; GP asks one at a time.)"""
+        return isinstance(self.base, SwapProposer | BatchTPESampler) and self.phase(trial_number) == "bayes"
 
     def sample_batch(self, study, trials: Sequence[FrozenTrial]) -> list[dict[str, int]]:
-        """Params for each of ``trials`` (new trials, none enqueued, all in the swap proposer's Bayesian phase)
-        from one fit of the model: `SwapProposer.propose_batch`, one posterior draw per trial, seeded by its
-        number as `sample_relative` seeds it, then the same novelty fallback. The masks are distinct and not
-        taken; with one trial this is exactly `sample_relative`."""
+        """Params for each of ``trials`` (new trials, none enqueued, all in the Bayesian phase) from one fit:
+        swap: `SwapProposer.propose_batch`, one posterior draw per trial seeded by its number as
+        `sample_relative` seeds it; TPE: `BatchTPESampler.sample_batch`, each proposal projected onto its
+        trial's budget. Then the same novelty fallback: the masks are distinct and not taken. With one trial
+        this is exactly `sample_relative`."""
         if not all(self.batches(t.number) and "fixed_params" not in t.system_attrs for t in trials):
-            raise ValueError("sample_batch takes new trials in the swap proposer's Bayesian phase")
+            raise ValueError("sample_batch takes new trials in the Bayesian phase")
+        space = mask_space(self.budget.num_layers)
         if len(trials) == 1:
-            return [self.sample_relative(study, trials[0], mask_space(self.budget.num_layers))]
+            return [self.sample_relative(study, trials[0], space)]
         rngs = [self._rng(t) for t in trials]
         budgets = [self.trial_budget(t.number) for t in trials]
-        proposed = self.base.propose_batch(budgets, self._evaluated(study), self.is_taken, rngs, self._held(study))
+        if isinstance(self.base, SwapProposer):
+            proposed = self.base.propose_batch(budgets, self._evaluated(study), self.is_taken, rngs, self._held(study))
+        else:  # TPE's proposals (its system-attribute writes for the first trial are dropped: every trial has params)
+            proposed = [project(params_to_mask(p, self.budget.num_layers), b, rng) if len(p) == len(space) else None
+                        for p, b, rng in zip(self.base.sample_batch(_History(study, self.history, {}), trials[0],
+                                                                   space, len(trials)), budgets, rngs, strict=True)]
         chosen: set[Mask] = set()
         out = []
         for mask, budget, rng in zip(proposed, budgets, rngs, strict=True):

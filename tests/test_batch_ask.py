@@ -119,13 +119,49 @@ def test_one_idle_slot_is_one_mask_per_fit(tmp_path):
     _check_study(url, 30)
 
 
-def test_tpe_is_one_mask_per_fit(tmp_path):
+def test_tpe_batches_too(tmp_path):
+    """TPE's Bayesian phase: idle slots share one fit of its densities; the random phase asks one at a time."""
     url = f"sqlite:///{tmp_path}/tpe.db"
-    search = CountingFits(open_storage(url), "s", SETTINGS, SearchOptions(24, 4, "tpe", 0),
+    search = CountingFits(open_storage(url), "s", SETTINGS, SearchOptions(48, 4, "tpe", 0),
                           SyntheticEvaluator(slots=8))
-    assert search.run().complete == 24
-    assert search.batches == []
-    _check_study(url, 24)
+    assert search.run().complete == 48
+    assert search.batches and max(search.batches) == 8
+    assert search.fits <= 48 / 3
+    complete = _check_study(url, 48)
+    seeds = search.study.user_attrs[search_mod.SEEDS_ATTR]
+    assert [t.user_attrs["phase"] for t in complete] == ["seed"] * seeds + ["random"] * 4 + ["bayes"] * (44 - seeds)
+
+
+def _tpe_study(layers: int = LAYERS) -> optuna.Study:
+    """Layer 0 kept: cheap; layer 0 skipped: dear. 40 complete trials, 8 running (skipping layer 0)."""
+    rng = np.random.default_rng(2)
+    study = optuna.create_study()
+    budget = Budget(layers, SKIP)
+    for i in range(48):
+        m = random_mask(budget, rng)
+        value = 0.1 * rng.random() + (0.0 if m[0] else 1.0)
+        state = TrialState.COMPLETE if i < 40 else TrialState.RUNNING
+        study.add_trial(optuna.trial.create_trial(params=mask_to_params(m), distributions=_dists(layers), state=state,
+                                                  value=value if state == TrialState.COMPLETE else None))
+    return study
+
+
+def test_tpe_batch_of_one_is_plain_tpe_and_a_batch_follows_the_good_density():
+    from dimr.sampler import BatchTPESampler, _History, mask_space
+
+    study = _History(_tpe_study(), 300, {})  # TPE's writes to a trial that does not exist yet are collected
+    trial = search_mod._new_trial(48)
+    kw = {"seed": 3, "multivariate": True, "constant_liar": True, "n_startup_trials": 4}
+    plain = optuna.samplers.TPESampler(**kw).sample_relative(study, trial, mask_space(LAYERS))
+    assert BatchTPESampler(**kw).sample_batch(study, trial, mask_space(LAYERS), 1) == [plain]
+    tpe = BatchTPESampler(**kw)
+    batch = tpe.sample_batch(study, trial, mask_space(LAYERS), 16)
+    assert len(batch) == 16 and all(set(p) == set(mask_space(LAYERS)) for p in batch)
+    assert len({tuple(p.values()) for p in batch}) == 16  # distinct proposals, not TPE's favourite repeated
+    assert sum(p["layer_00"] for p in batch) >= 14  # each is TPE's pick: keep the layer the good trials keep
+    assert tpe._n_ei_candidates == 24 and tpe._batch is None  # plain TPE again afterwards
+    empty = _History(optuna.create_study(), 300, {})
+    assert tpe.sample_batch(empty, trial, mask_space(LAYERS), 3) == [{}, {}, {}]  # startup: no fit
 
 
 def test_two_batching_drivers_never_evaluate_a_mask_twice(pg_url):
@@ -214,3 +250,20 @@ def test_pareto_batches_keep_each_trials_skip_count(tmp_path):
     assert all(t.user_attrs["mask"].count("0") == search.sampler.trial_budget(t.number).skip for t in bayes)
     masks = [t.user_attrs["mask"] for t in trials if t.state == TrialState.COMPLETE]
     assert len(masks) == len(set(masks)) == 40
+
+
+def test_a_swap_batch_is_what_one_ask_per_slot_proposed(tmp_path, monkeypatch):
+    """The driver fills every idle slot before it tells the next result, so one ask per slot fitted the same
+    data: the batch (draw j seeded by its trial's number, earlier draws' masks excluded) proposes exactly the
+    same masks, trial by trial, with fewer fits."""
+    studies, fits = [], []
+    for cap in (1, search_mod.BATCH_MAX):
+        monkeypatch.setattr(search_mod, "BATCH_MAX", cap)
+        url = f"sqlite:///{tmp_path}/cap{cap}.db"
+        search = CountingFits(open_storage(url), "s", SETTINGS, SearchOptions(40, 0, "swap", 0),
+                              SyntheticEvaluator(slots=8))
+        assert search.run().complete == 40
+        studies.append([(t.number, t.user_attrs["mask"], t.value) for t in _check_study(url, 40)])
+        fits.append(search.fits)
+    assert studies[0] == studies[1]
+    assert fits[1] < fits[0] / 4
