@@ -59,6 +59,8 @@ class SyntheticEval:
     cost: float
     seconds: float
     worker: str
+    started: float = 0.0  # wall clock (time.time()) in the actor: this host's clock, as the driver's
+    ended: float = 0.0
 
     def metrics(self) -> dict:
         return {"top1_agreement": 1.0, "expected_acceptance": 1.0, "tokens": 0, "seconds": self.seconds,
@@ -81,12 +83,12 @@ class SyntheticScorer:
         return os.getpid()
 
     def score(self, mask: tuple[bool, ...]) -> SyntheticEval:
-        t0 = time.perf_counter()
+        started, t0 = time.time(), time.perf_counter()
         time.sleep(self.spec.latency_s)
         skipped = [i for i, keep in enumerate(mask) if not keep]
         runs = sum(b - a == 1 for a, b in zip(skipped, skipped[1:], strict=False))  # adjacent skips hurt more
         cost = sum(self.weights[i] for i in skipped) + 0.3 * runs
-        return SyntheticEval(tuple(mask), cost, time.perf_counter() - t0, self.name)
+        return SyntheticEval(tuple(mask), cost, time.perf_counter() - t0, self.name, started, time.time())
 
     def block_influence(self) -> list[float]:
         return list(self.weights)
@@ -212,16 +214,40 @@ class Slots:
 
     def __init__(self, pool: RayPool, n: int):
         self.pool, self.n, self.num_layers = pool, n, pool.num_layers
+        self.submitted: list[float] = []  # wall clock of every submit, in order
+        self.arrived: list[float] = []  # wall clock of every result handed to the driver, in order
+        self.ray_ms: list[tuple[float, float]] = []  # per result: (submit → actor start, actor end → driver)
+        self._sent: dict[int, float] = {}
 
     @property
     def slots(self) -> int:
         return min(self.n, self.pool.slots)
 
     def submit(self, ticket: int, mask: tuple[bool, ...]) -> None:
+        now = time.time()
+        self.submitted.append(now)
+        self._sent[ticket] = now
         self.pool.submit(ticket, mask)
 
     def wait(self, timeout: float | None = None):
-        return self.pool.wait(timeout)
+        out = self.pool.wait(timeout)
+        now = time.time()
+        for ticket, ev in out:
+            self.arrived.append(now)
+            if isinstance(ev, SyntheticEval):
+                self.ray_ms.append((1e3 * (ev.started - self._sent.pop(ticket)), 1e3 * (now - ev.ended)))
+        return out
+
+    def cycle_ms(self) -> dict[str, float]:
+        """Where a worker's time between two evaluations goes, in the steady state: Ray's dispatch (submit →
+        actor start), Ray's return (actor end → the driver's wait returns) and the driver's gap (a result
+        arrived → the next mask submitted to the slot it freed), means in ms."""
+        n = len(self.ray_ms)
+        core = slice(n // 10, n - self.n)  # past the start, before the drain
+        gaps = [1e3 * (s - a) for a, s in zip(self.arrived, self.submitted[self.n:], strict=False)][core]
+        ray = self.ray_ms[core]
+        mean = statistics.fmean
+        return {"dispatch": mean(d for d, _ in ray), "return": mean(r for _, r in ray), "driver": mean(gaps)}
 
     def block_influence(self) -> list[float]:
         return self.pool.block_influence()
@@ -240,7 +266,8 @@ def run_one(pool: RayPool, workers: int, trials: int, latency: float, skip: int,
                                  num_layers=layers, skip=skip, cost="kl", calibration="-",
                                  calibration_hash="-", num_sequences=0, seq_len=0)
         options = SearchOptions(trials, 0 if sampler == "swap" else 10, sampler, 0)
-        search = TimedSearch(storage, "scale", settings, options, Slots(pool, workers))
+        slots = Slots(pool, workers)
+        search = TimedSearch(storage, "scale", settings, options, slots)
         sql0 = clock.seconds
         pg0 = _pg_cpu(url)
         t0, cpu0 = time.monotonic(), time.thread_time()
@@ -260,7 +287,7 @@ def run_one(pool: RayPool, workers: int, trials: int, latency: float, skip: int,
            "db_share": (clock.seconds - sql0) / wall, "busy_share": sum(search.busy.values()) / wall,
            "busy": {k: v / wall for k, v in search.busy.items()},
            "cpu_ms_per_trial": 1e3 * cpu / n, "pg_cpu_ms_per_trial": 1e3 * pg / n,
-           "per_fit": search.started / max(1, search.fits)}
+           "per_fit": search.started / max(1, search.fits), "cycle": slots.cycle_ms()}
     for m in MARKS:
         out[f"ask_{m}"] = _median_near(search.asks, m, 1)
         out[f"sampler_{m}"] = _median_near(search.asks, m, 2)
@@ -302,6 +329,9 @@ def print_table(rows: list[dict], latency: float, file=None) -> None:
         ("one core's load at this worker count", lambda r: _f(r["workers"] / latency * (
             r["cpu_ms_per_trial"] + r["pg_cpu_ms_per_trial"]) / 10, ".0f") + " %"),
         ("driver busy share (ask+tell+checks)", lambda r: _f(100 * r["busy_share"], ".1f") + " %"),
+        ("a worker's wait, ms: Ray dispatch", lambda r: _f(r["cycle"]["dispatch"], ".1f")),
+        ("a worker's wait, ms: Ray return", lambda r: _f(r["cycle"]["return"], ".1f")),
+        ("a worker's wait, ms: the driver", lambda r: _f(r["cycle"]["driver"], ".1f")),
     ]
     width = max(len(name) for name, _ in lines)
     for name, fn in lines:
