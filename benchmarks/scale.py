@@ -18,6 +18,7 @@ behind the real `RayPool`; only the actor body is synthetic. Printed side by sid
 from __future__ import annotations
 
 import argparse
+import bisect
 import os
 import random
 import statistics
@@ -217,11 +218,18 @@ class Slots:
         self.submitted: list[float] = []  # wall clock of every submit, in order
         self.arrived: list[float] = []  # wall clock of every result handed to the driver, in order
         self.ray_ms: list[tuple[float, float]] = []  # per result: (submit → actor start, actor end → driver)
+        self.runs: list[tuple[str, float, float]] = []  # per result: (worker, actor start, actor end), wall clock
         self._sent: dict[int, float] = {}
 
     @property
     def slots(self) -> int:
         return min(self.n, self.pool.slots)
+
+    @property
+    def ahead(self) -> int:
+        """The pool's masks queued ahead, only when these ``n`` workers are the whole pool: with fewer, masks
+        queued ahead would run on idle actors beyond ``n`` and the simulation would have more workers."""
+        return min(self.pool.ahead, self.n) if self.n >= self.pool.slots else 0
 
     def submit(self, ticket: int, mask: tuple[bool, ...]) -> None:
         now = time.time()
@@ -236,18 +244,32 @@ class Slots:
             self.arrived.append(now)
             if isinstance(ev, SyntheticEval):
                 self.ray_ms.append((1e3 * (ev.started - self._sent.pop(ticket)), 1e3 * (now - ev.ended)))
+                self.runs.append((ev.worker, ev.started, ev.ended))
         return out
 
     def cycle_ms(self) -> dict[str, float]:
         """Where a worker's time between two evaluations goes, in the steady state: Ray's dispatch (submit →
-        actor start), Ray's return (actor end → the driver's wait returns) and the driver's gap (a result
-        arrived → the next mask submitted to the slot it freed), means in ms."""
-        n = len(self.ray_ms)
-        core = slice(n // 10, n - self.n)  # past the start, before the drain
-        gaps = [1e3 * (s - a) for a, s in zip(self.arrived, self.submitted[self.n:], strict=False)][core]
+        actor start; running ahead, this includes the wait behind the actor's running mask), Ray's return
+        (actor end → the driver's wait returns), the driver's gap (a result arrived → the mask that refills
+        the place it freed submitted; running ahead, that mask waits on the actor, not the actor on it), and
+        the actor's idle gap (its end → its next start), means in ms."""
+        n, ahead = len(self.ray_ms), self.ahead
+        core = slice(n // 10, n - self.n - ahead)  # past the start, before the drain
+        gaps = [1e3 * (s - a) for a, s in zip(self.arrived, self.submitted[self.n + ahead:], strict=False)][core]
         ray = self.ray_ms[core]
+        starts: dict[str, list[float]] = {}
+        for worker, start, _ in self.runs:
+            starts.setdefault(worker, []).append(start)
+        for v in starts.values():
+            v.sort()
+        idle = []
+        for worker, start, end in self.runs[core]:
+            later = starts[worker][bisect.bisect_right(starts[worker], start):]
+            if later:
+                idle.append(1e3 * (later[0] - end))
         mean = statistics.fmean
-        return {"dispatch": mean(d for d, _ in ray), "return": mean(r for _, r in ray), "driver": mean(gaps)}
+        return {"dispatch": mean(d for d, _ in ray), "return": mean(r for _, r in ray), "driver": mean(gaps),
+                "idle": mean(idle) if idle else None}
 
     def block_influence(self) -> list[float]:
         return self.pool.block_influence()
@@ -287,7 +309,7 @@ def run_one(pool: RayPool, workers: int, trials: int, latency: float, skip: int,
            "db_share": (clock.seconds - sql0) / wall, "busy_share": sum(search.busy.values()) / wall,
            "busy": {k: v / wall for k, v in search.busy.items()},
            "cpu_ms_per_trial": 1e3 * cpu / n, "pg_cpu_ms_per_trial": 1e3 * pg / n,
-           "per_fit": search.started / max(1, search.fits), "cycle": slots.cycle_ms()}
+           "per_fit": search.started / max(1, search.fits), "cycle": slots.cycle_ms(), "ahead": slots.ahead}
     for m in MARKS:
         out[f"ask_{m}"] = _median_near(search.asks, m, 1)
         out[f"sampler_{m}"] = _median_near(search.asks, m, 2)
@@ -332,6 +354,8 @@ def print_table(rows: list[dict], latency: float, file=None) -> None:
         ("a worker's wait, ms: Ray dispatch", lambda r: _f(r["cycle"]["dispatch"], ".1f")),
         ("a worker's wait, ms: Ray return", lambda r: _f(r["cycle"]["return"], ".1f")),
         ("a worker's wait, ms: the driver", lambda r: _f(r["cycle"]["driver"], ".1f")),
+        ("a worker's idle gap, ms (end -> next start)", lambda r: _f(r["cycle"]["idle"], ".1f")),
+        ("masks queued ahead of the workers", lambda r: str(r.get("ahead", 0))),
     ]
     width = max(len(name) for name, _ in lines)
     for name, fn in lines:

@@ -1,7 +1,7 @@
 """The search driver: heuristic seeds, then random, then Bayesian masks, persisted trial by trial.
 
-The driver keeps ``evaluator.slots`` trials in flight with Optuna's ask/tell and records each result the
-moment it arrives. It talks to persistence through `storage` (Optuna's RDB storage + the mask ledger)
+The driver keeps ``evaluator.slots`` (+ ``ahead``) trials in flight with Optuna's ask/tell and records each
+result the moment it arrives. It talks to persistence through `storage` (Optuna's RDB storage + the mask ledger)
 and to workers through the `workers.Evaluator` interface: it never imports SQLAlchemy or Ray.
 
 Resuming is running the same search again: completed masks are never evaluated again, trials a dead
@@ -387,9 +387,12 @@ class Search:
                 complete, elsewhere = self._counts()
                 self.on_result(complete, target, self._best_cost)
                 held = complete + elsewhere
-                while len(self._inflight) < self.evaluator.slots and held < target:
+                # Slots, plus the masks an evaluator wants queued behind them (`Evaluator.ahead`): a freed worker
+                # then starts its next mask at once instead of waiting for this loop.
+                cap = self.evaluator.slots + getattr(self.evaluator, "ahead", 0)
+                while len(self._inflight) < cap and held < target:
                     # Idle slots share one sampler fit (at most BATCH_MAX); one idle slot: one mask per fit, as ever.
-                    want = min(self.evaluator.slots - len(self._inflight), target - held, BATCH_MAX)
+                    want = min(cap - len(self._inflight), target - held, BATCH_MAX)
                     held = self._ask(want)  # the claim counts the study's masks: no extra query per ask
                 if not self._inflight:
                     if complete >= target:

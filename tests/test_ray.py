@@ -30,6 +30,7 @@ from workers.local import MaskScorer
 
 ray = pytest.importorskip("ray")
 from workers.ray_pool import LocalRay, RayPool, cpu_share  # noqa: E402
+from workers.synthetic import SleepActor, SleepSpec  # noqa: E402
 
 SKIP, SEQS, LEN = 3, 4, 32
 CLI = [sys.executable, "-m", "dimr", "search", "--pair", "tiny-random", "--budget", str(SKIP),
@@ -78,6 +79,7 @@ def test_pool_scores_like_the_local_scorer(cluster, setup):
     pool = RayPool(spec, workers=2, address=cluster.address)
     try:
         assert pool.slots == 2 and pool.num_layers == 8
+        assert pool.ahead == 0 and pool.depth == 1  # a small pool: one task per actor, as ever
         assert ray.available_resources().get("CPU", 0) >= 1  # the actors leave a core to everything else
         masks = [tuple(i not in (j, j + 1, j + 2) for i in range(8)) for j in range(4)]
         for ticket, mask in enumerate(masks):
@@ -144,6 +146,76 @@ def test_actor_killed_mid_trial_is_retried_then_pool_shrinks(cluster, setup, pg_
         assert pool.slots == 1 and len(pool.worker_pids()) == 1
         masks = complete_masks(pg_url)
         assert len(masks) == 28 == len(set(masks))
+    finally:
+        pool.close()
+
+
+def test_pool_of_four_runs_two_deep_without_the_driver(cluster):
+    pool = RayPool(SleepSpec(latency_s=0.4), workers=4, address=cluster.address, actor_cls=SleepActor)
+    try:
+        assert pool.slots == 4 and pool.ahead == 4 and pool.depth == 2
+        masks = [tuple(i not in (j % 8, (j + 3) % 8) for i in range(8)) for j in range(9)]
+        for ticket, mask in enumerate(masks):
+            pool.submit(ticket, mask)
+        assert pool._load == [2, 2, 2, 2] and len(pool._queue) == 1  # idle actors first, then two deep
+        time.sleep(1.2)  # no driver call: each actor's second task must start the moment its first ends
+        got = drain(pool, len(masks))
+        by_worker: dict[str, list] = {}
+        for ticket in range(8):
+            by_worker.setdefault(got[ticket].worker, []).append(got[ticket].extra)
+        assert len(by_worker) == 4
+        for first, second in (sorted(runs, key=lambda r: r["started"]) for runs in by_worker.values()):
+            assert 0 <= second["started"] - first["ended"] < 0.05
+        assert got[8].extra["started"] >= max(got[t].extra["ended"] for t in range(8)) - 0.45  # queued, then ran
+        assert pool._load == [0, 0, 0, 0] and pool._state == ["idle"] * 4
+    finally:
+        pool.close()
+
+
+class DeepKillingPool(RayPool):
+    """The real pool; once, after a submit from ticket ``at`` on leaves an actor with two tasks outstanding,
+    it SIGKILLs that actor's process (``killed``: the two tickets and the pid)."""
+
+    def __init__(self, *args, at: int, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.at, self.killed = at, None
+        self.pids = self.worker_pids()  # asked now: a busy actor answers only after its score tasks
+
+    def submit(self, ticket, mask):
+        super().submit(ticket, mask)
+        if ticket >= self.at and self.killed is None and 2 in self._load:
+            i = self._load.index(2)
+            tickets = sorted(t for t, j, _ in self._work.values() if j == i)
+            self.killed = (tickets, self.pids[i])
+            os.kill(self.pids[i], signal.SIGKILL)
+
+
+def test_actor_killed_with_two_tasks_outstanding(cluster, pg_url):
+    settings = StudySettings(pair="sleep", verifier="sleep", fingerprint="-", num_layers=8, skip=3, cost="kl",
+                             calibration="-", calibration_hash="-", num_sequences=0, seq_len=0)
+    pool = DeepKillingPool(SleepSpec(latency_s=0.3), workers=4, address=cluster.address, actor_cls=SleepActor,
+                           max_restarts=1, at=10)
+    try:
+        assert pool.ahead == 4
+        result = Search(open_storage(pg_url), "s", settings, SearchOptions(30, 0, "swap", 0), pool).run()
+        assert result.complete == 30 and pool.killed is not None
+        tickets, pid = pool.killed
+        assert len(tickets) == 2
+        ts = trials(pg_url)
+        for ticket in tickets:  # both die with the actor, and both masks are evaluated again
+            assert ts[ticket].state == TrialState.FAIL and "Actor" in ts[ticket].user_attrs["error"]
+            retry = [t for t in ts if t.user_attrs.get("retry_of") == ticket]
+            assert len(retry) == 1 and retry[0].state == TrialState.COMPLETE
+            assert retry[0].user_attrs["mask"] == ts[ticket].user_attrs["mask"]
+        masks = complete_masks(pg_url)
+        assert len(masks) == 30 == len(set(masks))
+        assert sorted(result.retried) == tickets
+        for _ in range(120):  # the actor restarts (a new process) and the pool is whole again
+            if pool._state == ["idle"] * 4:
+                break
+            pool.wait(timeout=1)
+        assert pool.slots == 4 and pool._load == [0] * 4 and not pool._work and not pool._probes
+        assert pid not in pool.worker_pids()
     finally:
         pool.close()
 

@@ -1,8 +1,10 @@
 """The evaluator interface between the search driver and whatever runs the verifier.
 
 An evaluator takes masks (`submit`) and hands back finished evaluations (`wait`), in any order. It has
-``slots`` places: the driver keeps that many trials in flight. A failed evaluation comes back as an
-exception in place of the result, so the driver can fail that trial and retry it.
+``slots`` places: the driver keeps that many trials in flight, plus ``ahead`` more if the evaluator has
+that attribute (masks queued behind running ones, so a freed worker needs no driver round trip; 0 if
+absent). A failed evaluation comes back as an exception in place of the result, so the driver can fail
+that trial and retry it.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ class Evaluation:
 class Evaluator(Protocol):
     num_layers: int
     slots: int
+    # Optional: ``ahead: int``, masks to keep in flight beyond ``slots`` (the driver reads 0 when absent).
 
     def submit(self, ticket: int, mask: tuple[bool, ...]) -> None:
         """Start scoring ``mask``; its result comes back from `wait` under ``ticket``."""

@@ -3,13 +3,18 @@
 Each actor builds one `MaskScorer`: it loads the verifier once and keeps the reference log-probs and the
 prefix cache for the *whole* calibration set, and scores whole masks. One mask is one Ray task on one
 actor, so N actors keep N trials in flight with no cross-actor reduction: a trial's latency is one
-actor's forward (no straggler shard), the GPU sees full batches, and a dead actor costs exactly one
-trial. Sharding the calibration set across actors would only pay off when it does not fit beside the
-model on one GPU; then lower ``--num-sequences`` or use bigger GPUs first.
+actor's forward (no straggler shard), the GPU sees full batches, and a dead actor costs the trials it
+held (one, or two running ahead). Sharding the calibration set across actors would only pay off when it
+does not fit beside the model on one GPU; then lower ``--num-sequences`` or use bigger GPUs first.
 
-Faults: actors restart up to ``max_restarts`` times (reloading the verifier); a task in flight on a dying
-actor comes back from `wait` as an exception, so the driver fails that trial and retries its mask. An
-actor out of restarts is dropped and ``slots`` shrinks.
+Two deep: a pool of at least `AHEAD_MIN` actors asks the driver for ``ahead`` = one more mask per actor,
+and each actor holds up to two ``score`` tasks. Ray runs an actor's calls one after another, so its second
+mask starts the moment the first ends, without waiting for the driver to collect the result, tell it and
+ask for the next mask: the driver is off every worker's critical path. Smaller pools keep one task each.
+
+Faults: actors restart up to ``max_restarts`` times (reloading the verifier); the tasks in flight on a
+dying actor (one or two) come back from `wait` as exceptions, so the driver fails those trials and retries
+their masks. An actor out of restarts is dropped and ``slots`` shrinks.
 
 A local Ray instance (no ``address``) keeps every file in a temp dir of the run, runs no dashboard and
 writes nothing to ``~/.ray``: its auth token lives in that temp dir too. ``address`` (or ``auto``) joins
@@ -33,6 +38,7 @@ from workers.base import EvalSpec, Evaluation
 
 PROBE_EVERY_S = 1.0  # how often a restarting actor is asked whether it is back
 START_TIMEOUT_S = 900.0  # loading a 70B verifier onto a GPU takes minutes
+AHEAD_MIN = 4  # from this many live actors on, each holds two tasks (``ahead``); fewer: one task each
 _AUTH_VARS = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
 
 
@@ -140,8 +146,10 @@ class RayPool:
             n, opts = workers, {"num_cpus": share}
         remote = ray.remote(actor_cls).options(max_restarts=max_restarts, max_task_retries=0, **opts)
         self._actors = [remote.remote(spec, f"ray-{i}") for i in range(n)]
-        self._state = ["idle"] * n  # idle | busy | probing | dead
-        self._work: dict[Any, tuple[int, int]] = {}  # score ref -> (ticket, actor index)
+        self._state = ["idle"] * n  # idle | busy (1 or 2 tasks outstanding) | probing | dead
+        self._load = [0] * n  # score tasks outstanding per actor
+        self._epoch = [0] * n  # bumped when a restarted actor is back: older tasks' deaths are already counted
+        self._work: dict[Any, tuple[int, int, int]] = {}  # score ref -> (ticket, actor index, epoch)
         self._probes: dict[Any, int] = {}  # ready ref -> actor index
         self._reprobe: dict[int, float] = {}  # actor index -> when to ask again
         self._queue: list[tuple[int, tuple[bool, ...]]] = []
@@ -161,6 +169,17 @@ class RayPool:
     def slots(self) -> int:
         """Live actors (restarting ones included): the driver keeps this many trials in flight."""
         return sum(s != "dead" for s in self._state)
+
+    @property
+    def ahead(self) -> int:
+        """Masks the driver keeps in flight beyond ``slots``: one per live actor from `AHEAD_MIN` actors on."""
+        live = self.slots
+        return live if live >= AHEAD_MIN else 0
+
+    @property
+    def depth(self) -> int:
+        """Score tasks one actor may hold: 2 while the pool runs ahead, else 1."""
+        return 2 if self.ahead else 1
 
     def submit(self, ticket: int, mask: tuple[bool, ...]) -> None:
         self._queue.append((ticket, tuple(mask)))
@@ -195,6 +214,7 @@ class RayPool:
             elif left:
                 time.sleep(left)
             if out or (deadline is not None and time.monotonic() >= deadline):
+                self._dispatch()  # what queued behind the finished tasks starts before the driver tells them
                 return out
 
     def block_influence(self) -> list[float]:
@@ -228,28 +248,37 @@ class RayPool:
         return ray.get([a.pid.remote() for a in up])
 
     def _dispatch(self) -> None:
-        for i, state in enumerate(self._state):
-            if not self._queue:
-                return
-            if state == "idle":
-                ticket, mask = self._queue.pop(0)
-                self._work[self._actors[i].score.remote(mask)] = (ticket, i)
-                self._state[i] = "busy"
+        """Queued masks to idle actors first, then (running ahead) to actors with one task outstanding."""
+        for load in range(self.depth):
+            for i, state in enumerate(self._state):
+                if not self._queue:
+                    return
+                if state in ("idle", "busy") and self._load[i] == load:
+                    ticket, mask = self._queue.pop(0)
+                    self._work[self._actors[i].score.remote(mask)] = (ticket, i, self._epoch[i])
+                    self._load[i] += 1
+                    self._state[i] = "busy"
 
     def _finish(self, ref) -> tuple[int, Evaluation | BaseException]:
-        ticket, i = self._work.pop(ref)
+        ticket, i, epoch = self._work.pop(ref)
+        if epoch == self._epoch[i]:
+            self._load[i] -= 1
         try:
             result = ray.get(ref)
         except RayActorError as e:  # the actor died under the task: it restarts, or it is gone
-            self._lost(i)
+            self._lost(i, epoch)
             return ticket, e
         except Exception as e:  # noqa: BLE001 - the scorer raised: the actor is fine, the trial failed
+            result = e
+        if self._state[i] == "busy" and not self._load[i]:
             self._state[i] = "idle"
-            return ticket, e
-        self._state[i] = "idle"
         return ticket, result
 
-    def _lost(self, i: int) -> None:
+    def _lost(self, i: int, epoch: int | None = None) -> None:
+        """Actor ``i`` died: probe it until it is back or gone. Its other tasks' deaths (same epoch, or one
+        already restarted past) count once."""
+        if self._state[i] in ("probing", "dead") or (epoch is not None and epoch != self._epoch[i]):
+            return
         self._state[i] = "probing"
         self._reprobe[i] = 0.0
 
@@ -268,5 +297,7 @@ class RayPool:
             self._state[i] = "dead"
         except RayActorError:  # still restarting
             self._reprobe[i] = time.monotonic() + PROBE_EVERY_S
-        else:
+        else:  # back (restarted): whatever it held died with it
+            self._epoch[i] += 1
+            self._load[i] = 0
             self._state[i] = "idle"
