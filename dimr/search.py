@@ -401,7 +401,8 @@ class Search:
                     self._fail_dead_trials()
                     continue
                 for ticket, outcome in self.evaluator.wait(timeout=HEARTBEAT_S):
-                    self._tell(ticket, outcome)
+                    if ticket in self._inflight:  # else a mask an interrupted earlier run left in a reused pool
+                        self._tell(ticket, outcome)
                 if time.monotonic() >= self._next_check:  # scans every RUNNING trial: not after every result
                     self._fail_dead_trials()
         finally:
