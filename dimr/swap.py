@@ -79,29 +79,14 @@ class SwapProposer:
         (y − X w0 − e), is an exact posterior draw. It costs O(n² d) with n evaluated masks, against O(d³) for
         `posterior` with d = L(L+1)/2 + 1 features (3,241 for an 80-layer verifier). With more masks than
         features it draws through the Cholesky factor of the precision instead."""
-        x = features(masks)
-        y = np.log(np.maximum(np.asarray(costs, dtype=float), 0.0) + EPS)
-        y0 = y.mean()
-        d = prior_variances(len(masks[0]))
-        n, dim = x.shape
-        if n < dim:
-            w0 = np.sqrt(d) * rng.standard_normal(dim)
-            e = np.sqrt(NOISE_VAR) * rng.standard_normal(n)
-            k = (x * d) @ x.T + NOISE_VAR * np.eye(n)
-            w = w0 + d * (x.T @ np.linalg.solve(k, y - y0 - x @ w0 - e))
-        else:
-            chol = np.linalg.cholesky(x.T @ x / NOISE_VAR + np.diag(1.0 / d))
-            mean = np.linalg.solve(chol.T, np.linalg.solve(chol, x.T @ (y - y0) / NOISE_VAR))
-            w = mean + np.linalg.solve(chol.T, rng.standard_normal(dim))
-        w[-1] += y0
-        return w
+        return self.sample_weights_batch(masks, costs, [rng])[:, 0]
 
     def sample_weights_batch(self, masks: Sequence[Mask], costs: Sequence[float],
                              rngs: Sequence[np.random.Generator]) -> np.ndarray:
         """One posterior draw of the weights per generator in ``rngs``, from one fit: a [features, len(rngs)] array.
 
-        Column j is what `sample_weights` draws from ``rngs[j]`` (the same normals in the same order); the
-        kernel (or the precision's Cholesky factor) is formed and factorised once for every column."""
+        Column j is one `sample_weights` draw from ``rngs[j]``; the kernel (or the precision's Cholesky factor)
+        is formed and factorised once for every column."""
         x = features(masks)
         y = np.log(np.maximum(np.asarray(costs, dtype=float), 0.0) + EPS)
         y0 = y.mean()
