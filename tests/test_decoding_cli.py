@@ -76,6 +76,16 @@ def test_decode_json_matches_python_api(slim_json, capsys, tmp_path):
         assert s["accepted"] + s["regenerated"] + s["escalated"] + s["bonus"] == s["tokens"] == 12
 
 
+def test_decode_compiled_matches_eager(capsys):
+    args = ["decode", "--pair", "tiny-random", "--mode", "ar", "--prompt", "def f(x):", "--max-new-tokens", "6",
+            "--ignore-eos", "--json"]
+    code, eager, _ = run_cli(args, capsys)
+    assert code == 0
+    code, compiled, err = run_cli([*args, "--compiled"], capsys)
+    assert code == 0, err
+    assert json.loads(compiled)["tokens"] == json.loads(eager)["tokens"]
+
+
 def test_cli_threshold_defaults_match_library():
     import inspect
 
