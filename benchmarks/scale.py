@@ -375,19 +375,18 @@ def main() -> None:
     args = ap.parse_args()
     local = LocalRay(num_cpus=os.cpu_count() or 1)
     try:
-        t0 = time.monotonic()
-        # One pool for every run (starting 64 worker processes on 2 busy cores takes minutes).
         spec = SyntheticSpec(num_layers=args.layers, latency_s=args.latency)
-        pool = RayPool(spec, workers=max(args.workers), actor_cls=SyntheticScorer, cpus_per_worker=0.01,
-                       max_restarts=0)
-        print(f"# {pool.slots} actors up in {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
         rows = []
-        for sampler in args.samplers:
-            for w in args.workers:
+        for w in args.workers:
+            # A pool of exactly w actors: the pool runs ahead onto its own actors only (see `Slots.ahead`).
+            t0 = time.monotonic()
+            pool = RayPool(spec, workers=w, actor_cls=SyntheticScorer, cpus_per_worker=0.01, max_restarts=0)
+            print(f"# {pool.slots} actors up in {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
+            for sampler in args.samplers:
                 rows.append(run_one(pool, w, args.trials, args.latency, args.skip, sampler))
                 print(f"# {sampler}, {w} workers done in {rows[-1]['wall_s']:.1f} s", file=sys.stderr, flush=True)
+            pool.close()
             print_table(rows, args.latency, file=sys.stderr)  # partial results, in case of a long run
-        pool.close()
     finally:
         local.close()
     print_table(rows, args.latency)
