@@ -50,25 +50,14 @@ class StudyCache(_CachedStorage):
 
     @contextmanager
     def one_read(self) -> Iterator[None]:
-        """Read each study from the database at most once in this block. One ask reads the trials twice
-        (Optuna's waiting-trial queue, then the sampler); the second read would only find what other
-        drivers did in the milliseconds between, which the next ask sees anyway."""
+        """Read each study from the database at most once in this block. One ask reads the trials more than
+        once (the waiting-trial queue, then the sampler, which may ask again); a second read would only find
+        what other drivers did in the milliseconds between, which the next ask sees anyway."""
         self._held = set()
         try:
             yield
         finally:
             self._held = None
-
-    def get_trial(self, trial_id: int) -> optuna.trial.FrozenTrial:
-        """Inside `one_read`, an unfinished trial comes from the cache too: `Study.ask` reads the trial it
-        has just created (or taken from the queue) back from the database, six queries, to build its
-        `Trial` from the same params and attributes the cache already holds."""
-        if self._held is not None:
-            with self._lock:
-                where = self._trial_id_to_study_id_and_number.get(trial_id)
-                if where is not None:
-                    return self._studies[where[0]].trials[where[1]]
-        return super().get_trial(trial_id)
 
     def remember(self, study_id: int, trial: FrozenTrial) -> None:
         """Cache a trial exactly as the caller has just committed it (`storage.batch.start_trial`,
