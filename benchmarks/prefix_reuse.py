@@ -26,8 +26,9 @@ import torch  # noqa: E402
 
 from dimr.calibration import load_calibration  # noqa: E402
 from dimr.cost import evaluate_logits  # noqa: E402
+from dimr.masks import first_skipped  # noqa: E402
 from dimr.pairs import get_pair, load_model, load_tokenizer  # noqa: E402
-from dimr.routing import first_skipped, forward_from, layer_inputs, num_layers, slim_verifier  # noqa: E402
+from dimr.slim import forward_from, layer_inputs, num_layers, slim_verifier  # noqa: E402
 
 
 def random_masks(n_layers: int, skip: int, count: int, seed: int) -> list[tuple[bool, ...]]:

@@ -13,8 +13,8 @@ import json
 import optuna
 
 from dimr.calibration import load_calibration
+from dimr.masks import mask_from_key
 from dimr.pairs import get_pair, load_tokenizer
-from dimr.routing import mask_from_key
 from dimr.search import SETTINGS_ATTR
 from workers import EvalSpec
 from workers.local import MaskScorer

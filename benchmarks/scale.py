@@ -106,8 +106,7 @@ class TimedSearch(Search):
         self._sampler_s = 0.0
         self.fits, self.started = 0, 0  # sampler calls (one fit each) and trials started
         base = self.sampler  # dimr's budget sampler, around TPE or the swap proposer
-        for name in ("sample_relative", "sample_batch"):
-            setattr(base, name, self._timed(getattr(base, name)))
+        base.propose = self._timed(base.propose)  # one call per ask: one trial, or a batch from one fit
 
     def _timed(self, inner):
         def timed(*args):

@@ -58,10 +58,10 @@ import numpy as np  # noqa: E402
 import optuna  # noqa: E402
 import torch  # noqa: E402
 
-from dimr import heuristics  # noqa: E402
-from dimr.budget import Budget, Mask, project, random_mask  # noqa: E402
-from dimr.routing import mask_from_key, mask_key  # noqa: E402
-from dimr.sampler import BudgetSampler, make_base_sampler, mask_to_params, params_to_mask  # noqa: E402
+from dimr.masks import Budget, Mask, mask_from_key, mask_key, mask_to_params, params_to_mask, project, random_mask  # noqa: E402  # noqa: E402  # noqa: E402
+from dimr.search import heuristics  # noqa: E402
+from dimr.search.proposers import make_proposer  # noqa: E402
+from dimr.search.sampler import BudgetSampler  # noqa: E402
 
 CHECKPOINTS = (10, 20, 50, 100, 200)
 STRATEGIES = ("dimr", "random", "tpe", "gp", "self-sd", "swift", "skip-last", "shortgpt", "single-rank", "greedy")
@@ -144,8 +144,8 @@ def open_table(pair_name: str, num_sequences: int, seq_len: int, cost: str, cach
                calibration: str | None = None, pairs_file: Path | None = None) -> CostTable:
     """The cached table for this verifier and calibration, with a live scorer behind it for missing masks."""
     from dimr.calibration import load_calibration
-    from dimr.export import fingerprint
     from dimr.pairs import get_pair, load_tokenizer
+    from dimr.slim_config import fingerprint
     from workers import EvalSpec
     from workers.local import MaskScorer
 
@@ -260,7 +260,7 @@ def _ask_tell(oracle: Oracle, sampler: optuna.samplers.BaseSampler) -> None:
 
 def run_budget_sampler(oracle: Oracle, name: str, seed: int, startup: int = 10) -> None:
     """dimr's budget sampler around ``name`` (tpe or gp) with its random phase, and no heuristic seeds."""
-    sampler = BudgetSampler(oracle.budget, make_base_sampler(name, seed, startup), startup=startup, seed=seed,
+    sampler = BudgetSampler(oracle.budget, make_proposer(name, seed, startup), startup=startup, seed=seed,
                             is_taken=lambda m: tuple(m) in oracle.seen)
     _ask_tell(oracle, sampler)
 

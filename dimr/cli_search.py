@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 from enum import Enum
 from pathlib import Path
 
@@ -103,47 +102,24 @@ def search(
     as_json: bool = typer.Option(False, "--json", help="print the result as JSON"),
 ) -> None:
     """Search a layer mask for the pair's verifier and store every trial in SQL."""
-    from dimr.budget import parse_budget
-    from dimr.calibration import load_calibration
-    from dimr.pairs import get_pair, load_tokenizer, verifier_config, verifier_fingerprint
-    from dimr.search import Search, SearchOptions, StudySettings, check_resume, stored_settings
-    from workers import EvalSpec, make_evaluator
+    from dimr.search import run_search
 
-    # Everything that can be wrong is checked before anything is written.
-    p = get_pair(pair, pairs_file)
-    config = verifier_config(p)
-    num_layers = getattr(config, "num_hidden_layers", None) or config.get_text_config().num_hidden_layers
-    b = parse_budget(budget, num_layers)
-    skips = range(1, b.skip + 1) if objective == Objective.pareto else (b.skip,)
-    if sum(math.comb(num_layers, k) for k in skips) < trials:
-        n = sum(math.comb(num_layers, k) for k in skips)
-        what = f"skipping 1 to {b.skip} layers" if objective == Objective.pareto else b.describe()
-        raise DimrError(f"only {n} masks {what}; ask for at most that many --trials")
-    tokenizer = load_tokenizer(p)
-    calib = load_calibration(calibration or p.calibration, tokenizer, num_sequences, seq_len)
-    st = _open(storage)
-    name = study or f"{p.name}-skip{b.skip}-{cost.value}" + ("-pareto" if objective == Objective.pareto else "")
-    settings = StudySettings(pair=p.name, verifier=p.verifier, fingerprint=verifier_fingerprint(p),
-                             num_layers=num_layers, skip=b.skip, cost=cost.value, calibration=calib.spec,
-                             calibration_hash=calib.hash, num_sequences=calib.num_sequences, seq_len=calib.seq_len,
-                             objective=objective.value)
-    check_resume(stored_settings(st, name), settings, name)
+    columns = [TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("best {task.fields[best]}"), TimeElapsedColumn(), TimeRemainingColumn()]
+    with Progress(*columns, console=console, disable=as_json) as progress:
+        task = None
 
-    spec = EvalSpec(pair=p, input_ids=calib.input_ids, cost=cost.value, device=device, batch_size=batch_size)
-    evaluator = make_evaluator(spec, workers=workers, ray_address=ray_address)
-    try:
-        columns = [TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                   TextColumn("best {task.fields[best]}"), TimeElapsedColumn(), TimeRemainingColumn()]
-        with Progress(*columns, console=console, disable=as_json) as progress:
-            task = progress.add_task(name, total=trials, best="-")
+        def on_result(done: int, total: int, best: float | None) -> None:
+            nonlocal task
+            if task is None:
+                task = progress.add_task("search", total=total, best="-")
+            progress.update(task, completed=min(done, total), best=_fmt(best))
 
-            def on_result(done: int, total: int, best: float | None) -> None:
-                progress.update(task, completed=min(done, total), best=_fmt(best))
-
-            result = Search(st, name, settings, SearchOptions(trials, startup_trials, sampler.value, seed),
-                            evaluator, on_result=on_result).run()
-    finally:
-        evaluator.close()
+        result = run_search(pair, budget, trials=trials, storage=storage, study=study, cost=cost.value,
+                            objective=objective.value, sampler=sampler.value, startup_trials=startup_trials,
+                            seed=seed, calibration=calibration, num_sequences=num_sequences, seq_len=seq_len,
+                            workers=workers, ray_address=ray_address, device=device, batch_size=batch_size,
+                            pairs_file=pairs_file, on_result=on_result)
     if as_json:
         from dataclasses import asdict
 

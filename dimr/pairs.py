@@ -15,7 +15,7 @@ Users add pairs in a TOML file (``--pairs-file`` or ``$DIMR_PAIRS``)::
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import tomllib
@@ -168,15 +168,17 @@ def verifier_config(pair: Pair):
     return _from_pretrained(AutoConfig, pair.verifier, pair)
 
 
-def with_dtype(pair: Pair, dtype: str) -> Pair:
-    return replace(pair, dtype=dtype)
+def num_verifier_layers(pair: Pair) -> int:
+    """The verifier's decoder layer count, from its config alone."""
+    config = verifier_config(pair)
+    return getattr(config, "num_hidden_layers", None) or config.get_text_config().num_hidden_layers
 
 
 def verifier_fingerprint(pair: Pair) -> str:
     """The verifier's fingerprint from its config alone: the model is built on the meta device, no weights."""
     from transformers import AutoModelForCausalLM
 
-    from dimr.export import fingerprint
+    from dimr.slim_config import fingerprint
 
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(verifier_config(pair))

@@ -7,10 +7,9 @@ import statistics
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from dimr import pareto
 from dimr.errors import DimrError
-from dimr.routing import mask_from_key
-from dimr.search import SEEDS_ATTR, SETTINGS_ATTR
+from dimr.masks import mask_from_key
+from dimr.search import SEEDS_ATTR, SETTINGS_ATTR, pareto
 
 
 def list_studies(storage: optuna.storages.BaseStorage) -> list[dict]:
@@ -107,8 +106,8 @@ def export_slim_config(study: optuna.Study, output, trial: int | None = None):
     """Write the slim config of the best trial (or trial ``trial``) to ``output``; returns it."""
     from pathlib import Path
 
-    from dimr.export import SlimConfig
-    from dimr.routing import kept_layers, mask_from_key
+    from dimr.masks import kept_layers, mask_from_key
+    from dimr.slim_config import SlimConfig
 
     t = pick_trial(study, trial)
     settings = study.user_attrs.get(SETTINGS_ATTR)

@@ -163,7 +163,7 @@ class MaskLedger:
                  trial_number: int | None = None, locked: bool = False) -> tuple[Claim, int]:
         """The limited `claim`, in the caller's transaction (nothing committed), and the trial number it
         recorded. Without ``trial_number`` the claim is for a trial about to be created, whose number is the
-        study's trial count, read under the same lock (`storage.batch.start_trial`). One lock and one read;
+        study's trial count, read under the same lock (`storage.trials.start_trial`). One lock and one read;
         an `IntegrityError` means an unlimited claim of the mask got in first (roll back, try again).
         ``locked``: ``s`` already holds the study's lock (an earlier claim in it took it)."""
         if not locked:
@@ -193,7 +193,7 @@ class MaskLedger:
 
     def complete_statement(self, mask_key: str, cost: float, metrics: dict) -> Update:
         """The statement that records a mask as complete, to run in another transaction of this database
-        (`storage.batch.finish_trial` commits it with the trial's result)."""
+        (`storage.trials.finish_trial` commits it with the trial's result)."""
         return self._update(mask_key, state="complete", cost=cost, metrics=json.dumps(metrics))
 
     def fail(self, mask_key: str) -> None:
@@ -201,7 +201,7 @@ class MaskLedger:
 
     def fail_statement(self, mask_key: str) -> Update:
         """The statement that releases a mask whose evaluation failed, to run in another transaction of this
-        database (`storage.batch.finish_trial` commits it with the trial's FAIL)."""
+        database (`storage.trials.finish_trial` commits it with the trial's FAIL)."""
         return self._update(mask_key, state="failed")
 
     def fail_trial(self, trial_number: int) -> None:

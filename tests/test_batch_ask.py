@@ -12,11 +12,11 @@ import pytest
 from optuna.trial import TrialState
 from sqlalchemy import select
 
-from dimr import search as search_mod
-from dimr.budget import Budget, random_mask
-from dimr.sampler import BudgetSampler, mask_to_params, params_to_mask
-from dimr.search import Search, SearchOptions, StudySettings
-from dimr.swap import SwapProposer
+from dimr.masks import Budget, mask_to_params, params_to_mask, random_mask
+from dimr.search import SEEDS_ATTR, Search, SearchOptions, StudySettings
+from dimr.search import driver as driver_mod
+from dimr.search.proposers.swap import SwapProposer
+from dimr.search.sampler import BudgetSampler
 from storage import open_storage
 from storage.ledger import MaskRow
 
@@ -67,19 +67,20 @@ class CountingFits(Search):
         super().__init__(*args, **kwargs)
         self.fits = 0
         self.batches: list[int] = []
-        single, batch = self.sampler.sample_relative, self.sampler.sample_batch
+        single, propose = self.sampler.sample_relative, self.sampler.propose
 
         def count_single(study, trial, space):
             if "fixed_params" not in trial.system_attrs and self.sampler.phase(trial.number) == "bayes":
                 self.fits += 1
             return single(study, trial, space)
 
-        def count_batch(study, trials):
-            self.fits += 1
-            self.batches.append(len(trials))
-            return batch(study, trials)
+        def count_propose(study, trials):
+            if len(trials) > 1:
+                self.fits += 1
+                self.batches.append(len(trials))
+            return propose(study, trials)
 
-        self.sampler.sample_relative, self.sampler.sample_batch = count_single, count_batch
+        self.sampler.sample_relative, self.sampler.propose = count_single, count_propose
 
 
 def _check_study(url: str, trials: int) -> list[optuna.trial.FrozenTrial]:
@@ -103,9 +104,9 @@ def test_idle_slots_share_one_fit(storage_url):
     assert search.run().complete == 48
     complete = _check_study(storage_url, 48)
     assert len(set(ev.scored)) == len(ev.scored) == 48
-    seeds = search.study.user_attrs[search_mod.SEEDS_ATTR]
+    seeds = search.study.user_attrs[SEEDS_ATTR]
     assert [t.user_attrs["phase"] for t in complete] == ["seed"] * seeds + ["bayes"] * (48 - seeds)
-    assert search.batches and max(search.batches) == min(8, search_mod.BATCH_MAX)
+    assert search.batches and max(search.batches) == min(8, driver_mod.BATCH_MAX)
     assert search.fits <= (48 - seeds) / 4  # 8 idle slots at a time: about one fit per 8 Bayesian trials
 
 
@@ -115,7 +116,7 @@ def test_one_idle_slot_is_one_mask_per_fit(tmp_path):
     search = CountingFits(open_storage(url), "s", SETTINGS, SearchOptions(30, 0, "swap", 0),
                           SyntheticEvaluator(slots=1))
     assert search.run().complete == 30
-    assert search.batches == [] and search.fits == 30 - search.study.user_attrs[search_mod.SEEDS_ATTR]
+    assert search.batches == [] and search.fits == 30 - search.study.user_attrs[SEEDS_ATTR]
     _check_study(url, 30)
 
 
@@ -128,7 +129,7 @@ def test_tpe_batches_too(tmp_path):
     assert search.batches and max(search.batches) == 8
     assert search.fits <= 48 / 3
     complete = _check_study(url, 48)
-    seeds = search.study.user_attrs[search_mod.SEEDS_ATTR]
+    seeds = search.study.user_attrs[SEEDS_ATTR]
     assert [t.user_attrs["phase"] for t in complete] == ["seed"] * seeds + ["random"] * 4 + ["bayes"] * (44 - seeds)
 
 
@@ -147,10 +148,11 @@ def _tpe_study(layers: int = LAYERS) -> optuna.Study:
 
 
 def test_tpe_batch_of_one_is_plain_tpe_and_a_batch_follows_the_good_density():
-    from dimr.sampler import BatchTPESampler, _History, mask_space
+    from dimr.masks import mask_space
+    from storage.optuna_compat import BatchTPESampler, CappedStudy
 
-    study = _History(_tpe_study(), 300, {})  # TPE's writes to a trial that does not exist yet are collected
-    trial = search_mod._new_trial(48)
+    study = CappedStudy(_tpe_study(), 300, {})  # TPE's writes to a trial that does not exist yet are collected
+    trial = driver_mod.new_trial(48)
     kw = {"seed": 3, "multivariate": True, "constant_liar": True, "n_startup_trials": 4}
     plain = optuna.samplers.TPESampler(**kw).sample_relative(study, trial, mask_space(LAYERS))
     assert BatchTPESampler(**kw).sample_batch(study, trial, mask_space(LAYERS), 1) == [plain]
@@ -160,7 +162,7 @@ def test_tpe_batch_of_one_is_plain_tpe_and_a_batch_follows_the_good_density():
     assert len({tuple(p.values()) for p in batch}) == 16  # distinct proposals, not TPE's favourite repeated
     assert sum(p["layer_00"] for p in batch) >= 14  # each is TPE's pick: keep the layer the good trials keep
     assert tpe._n_ei_candidates == 24 and tpe._batch is None  # plain TPE again afterwards
-    empty = _History(optuna.create_study(), 300, {})
+    empty = CappedStudy(optuna.create_study(), 300, {})
     assert tpe.sample_batch(empty, trial, mask_space(LAYERS), 3) == [{}, {}, {}]  # startup: no fit
 
 
@@ -206,8 +208,8 @@ def test_sample_batch_is_distinct_on_the_budget_and_untaken(k):
         study.add_trial(optuna.trial.create_trial(params=mask_to_params(m), value=c,
                                                   distributions=_dists()))
     sampler = BudgetSampler(budget, SwapProposer(), startup=0, seed=0, is_taken=lambda m: m in taken)
-    trials = [search_mod._new_trial(len(history) + j) for j in range(k)]
-    out = [params_to_mask(p, LAYERS) for p in sampler.sample_batch(study, trials)]
+    trials = [driver_mod.new_trial(len(history) + j) for j in range(k)]
+    out = [params_to_mask(p, LAYERS) for p in sampler.propose(study, trials)]
     assert len(set(out)) == k and all(budget.admits(m) and m not in taken for m in out)
     single = params_to_mask(sampler.sample_relative(study, trials[0], _dists()), LAYERS)
     assert out[0] == single  # the first draw is the trial's own Thompson draw
@@ -223,13 +225,13 @@ def test_sample_batch_exhausts_a_small_space_without_repeats():
         study.add_trial(optuna.trial.create_trial(params=mask_to_params(m), value=0.1 * (i + 1),
                                                   distributions=_dists(4)))
     sampler = BudgetSampler(budget, SwapProposer(), startup=0, seed=0, is_taken=lambda m: m in masks)
-    out = [params_to_mask(p, 4) for p in sampler.sample_batch(study, [search_mod._new_trial(4 + j)
+    out = [params_to_mask(p, 4) for p in sampler.propose(study, [driver_mod.new_trial(4 + j)
                                                                       for j in range(2)])]
     assert sorted(out) == sorted({(False, True, True, False), (True, False, False, True)})
 
 
 def _dists(n: int = LAYERS):
-    from dimr.sampler import mask_space
+    from dimr.masks import mask_space
 
     return mask_space(n)
 
@@ -257,8 +259,8 @@ def test_a_swap_batch_is_what_one_ask_per_slot_proposed(tmp_path, monkeypatch):
     data: the batch (draw j seeded by its trial's number, earlier draws' masks excluded) proposes exactly the
     same masks, trial by trial, with fewer fits."""
     studies, fits = [], []
-    for cap in (1, search_mod.BATCH_MAX):
-        monkeypatch.setattr(search_mod, "BATCH_MAX", cap)
+    for cap in (1, driver_mod.BATCH_MAX):
+        monkeypatch.setattr(driver_mod, "BATCH_MAX", cap)
         url = f"sqlite:///{tmp_path}/cap{cap}.db"
         search = CountingFits(open_storage(url), "s", SETTINGS, SearchOptions(40, 0, "swap", 0),
                               SyntheticEvaluator(slots=8))

@@ -38,8 +38,8 @@ def test_search_show_export_apply(capsys, tmp_path):
     cfg = json.loads(slim.read_text())
     assert cfg["mask"] == result["best_mask"] and cfg["num_layers"] == 8
 
-    from dimr.export import apply_slim_config, load_slim_config
     from dimr.pairs import get_pair, load_model
+    from dimr.slim_config import apply_slim_config, load_slim_config
 
     verifier = load_model(get_pair("tiny-random"), "verifier", "cpu")
     slim_model = apply_slim_config(load_slim_config(slim), verifier)

@@ -13,7 +13,7 @@ import torch
 
 from dimr.decoding import DecodeConfig, Thresholds
 from dimr.decoding.decoder import Decoder
-from dimr.routing import slim_verifier
+from dimr.slim import slim_verifier
 
 FAMILIES = ("llama", "qwen2", "mistral", "gemma2")
 PROMPT = torch.tensor([3, 14, 15, 9, 26, 5, 35, 8, 97 - 18])  # no special ids (0-2)

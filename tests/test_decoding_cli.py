@@ -15,8 +15,8 @@ from dimr.decoding.bench import COLUMNS
 
 @pytest.fixture(scope="module")
 def slim_json(tiny_pair, tmp_path_factory):
-    from dimr.export import make_slim_config
     from dimr.pairs import load_model
+    from dimr.slim_config import make_slim_config
 
     verifier = load_model(tiny_pair, "verifier", "cpu")
     cfg = make_slim_config(verifier, (True, True, False, True, True, False, True, True), pair="tiny-random",

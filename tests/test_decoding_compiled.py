@@ -14,7 +14,7 @@ from test_decoding import PROMPT, build_pair, family_config
 from dimr.decoding import DecodeConfig, Thresholds
 from dimr.decoding.decoder import Decoder
 from dimr.decoding.tiers import BUCKETS, Tier
-from dimr.routing import slim_verifier
+from dimr.slim import slim_verifier
 
 NEW_TOKENS = 24
 CAPACITY = PROMPT.numel() + NEW_TOKENS + 5

@@ -8,8 +8,8 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from dimr.errors import DimrError
-from dimr.export import SCHEMA, apply_slim_config, fingerprint, load_slim_config, make_slim_config
-from dimr.routing import mask_from_key
+from dimr.masks import mask_from_key
+from dimr.slim_config import SCHEMA, apply_slim_config, fingerprint, load_slim_config, make_slim_config
 
 SMALL = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4,
              num_key_value_heads=2)

@@ -32,7 +32,7 @@ from dimr.relaxed import (
 from dimr.relaxed.base import acceptance_probs
 from dimr.relaxed.mentored import mentor, mentor_for_budget
 from dimr.relaxed.predict import expected_accepted_length
-from dimr.routing import slim_verifier
+from dimr.slim import slim_verifier
 
 V = 12
 

@@ -17,12 +17,11 @@ import pytest
 from optuna.trial import TrialState
 from sqlalchemy import event
 
-from dimr import heuristics
-from dimr.budget import Budget, parse_budget
 from dimr.calibration import load_calibration
 from dimr.errors import DimrError
+from dimr.masks import Budget, parse_budget
 from dimr.pairs import load_tokenizer, verifier_fingerprint
-from dimr.search import Search, SearchOptions, StudySettings
+from dimr.search import Search, SearchOptions, StudySettings, heuristics
 from storage import open_storage
 from workers import EvalSpec
 from workers.local import LocalEvaluator
@@ -211,7 +210,7 @@ def test_history_keeps_the_best_and_the_recent_single_and_multi_objective():
     from optuna.distributions import FloatDistribution
     from optuna.trial import create_trial
 
-    from dimr import sampler as sm
+    from storage.optuna_compat import BEST_KEPT, CappedStudy
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     rng = np.random.default_rng(0)
@@ -220,20 +219,20 @@ def test_history_keeps_the_best_and_the_recent_single_and_multi_objective():
     costs = rng.permutation(200).astype(float)
     for c in costs:
         single.add_trial(create_trial(value=c, params={"x": 0.5}, distributions=dist))
-    seen = sm._History(single, history=60).get_trials(deepcopy=False)
+    seen = CappedStudy(single, history=60).get_trials(deepcopy=False)
     assert len(seen) <= 60
-    assert {t.value for t in seen} >= set(range(sm.BEST_KEPT))  # the 25 lowest costs
+    assert {t.value for t in seen} >= set(range(BEST_KEPT))  # the 25 lowest costs
     assert {t.number for t in seen} >= set(range(165, 200))    # and the most recent 35
 
     multi = optuna.create_study(directions=["minimize", "maximize"])
     values = rng.random((200, 2))
     for v in values:
         multi.add_trial(create_trial(values=list(v), params={"x": 0.5}, distributions=dist))
-    seen = sm._History(multi, history=60).get_trials(deepcopy=False)
+    seen = CappedStudy(multi, history=60).get_trials(deepcopy=False)
     # Independent check of the front: no other point is <= in cost and >= in the maximised value.
     front = [i for i, (a, b) in enumerate(values)
              if not any((values[:, 0] <= a) & (values[:, 1] >= b) & ((values[:, 0] < a) | (values[:, 1] > b)))]
-    assert 0 < len(front) <= sm.BEST_KEPT
+    assert 0 < len(front) <= BEST_KEPT
     assert {t.number for t in seen} >= set(front)
     assert len(seen) <= 60
 
@@ -243,8 +242,10 @@ def test_swap_model_sees_the_capped_history():
     import optuna
     from optuna.trial import create_trial
 
-    from dimr import sampler as sm
-    from dimr.budget import Budget, random_mask
+    from dimr.masks import Budget, mask_space, mask_to_params, random_mask
+    from dimr.search.proposers import make_proposer
+    from dimr.search.sampler import BudgetSampler
+    from storage.optuna_compat import BEST_KEPT
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     budget = Budget(10, 3)
@@ -253,11 +254,11 @@ def test_swap_model_sees_the_capped_history():
     masks = [random_mask(budget, rng) for _ in range(150)]
     costs = rng.permutation(150).astype(float)
     for m, c in zip(masks, costs, strict=True):
-        study.add_trial(create_trial(value=c, params=sm.mask_to_params(m), distributions=sm.mask_space(10)))
-    s = sm.BudgetSampler(budget, sm.make_base_sampler("swap", 0, 0), startup=0, seed=0, history=50)
+        study.add_trial(create_trial(value=c, params=mask_to_params(m), distributions=mask_space(10)))
+    s = BudgetSampler(budget, make_proposer("swap"), startup=0, seed=0, history=50)
     seen = s._evaluated(study)
     assert len(seen) <= 50  # best ∪ most recent (they may overlap)
-    assert {c for _, c in seen} >= set(range(sm.BEST_KEPT))  # the best masks, whose swaps are proposed
+    assert {c for _, c in seen} >= set(range(BEST_KEPT))  # the best masks, whose swaps are proposed
     assert seen[-1] == (masks[-1], costs[-1])  # and the latest
     assert all(masks[int(np.flatnonzero(costs == c)[0])] == m for m, c in seen)
 
@@ -276,8 +277,8 @@ class CountingSearch(Search):
             if self._log is not None and threading.get_ident() == main:
                 self._log.append(what)
 
-        event.listen(self.ledger.engine, "before_cursor_execute", lambda conn, cursor, statement, *a: note(statement))
-        event.listen(self.ledger.engine, "commit", lambda conn: note("COMMIT"))
+        event.listen(self.store.storage.engine, "before_cursor_execute", lambda conn, cursor, statement, *a: note(statement))
+        event.listen(self.store.storage.engine, "commit", lambda conn: note("COMMIT"))
 
     def _counted(self, into: list[list[str]], step, *args):
         self._log = []
@@ -315,7 +316,7 @@ def test_each_ask_and_each_tell_is_one_transaction(storage_url, setup):
 def test_the_driver_view_is_what_optuna_reads_without_reading_back(storage_url, setup, monkeypatch):
     """The driver caches the trials it writes as it writes them: it never reads one back, and its view of the
     study equals a fresh read by plain Optuna, field by field."""
-    import storage.cache as cache
+    import storage.optuna_compat as cache
 
     read: list[int] = []
     reader = cache._read_trials

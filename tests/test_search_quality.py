@@ -17,8 +17,11 @@ from optuna.trial import TrialState
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import search_quality as sq  # noqa: E402
-from dimr.budget import Budget  # noqa: E402
-from dimr.routing import mask_from_key, mask_key  # noqa: E402
+from dimr.masks import (  # noqa: E402
+    Budget,  # noqa: E402
+    mask_from_key,
+    mask_key,
+)
 from dimr.search import SearchOptions  # noqa: E402
 from storage import open_storage  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""`storage.batch.start_trial`: a trial, its params and attributes, its first heartbeat and the mask ledger's
+"""`storage.trials.start_trial`: a trial, its params and attributes, its first heartbeat and the mask ledger's
 claim in one transaction; and the driver's cache holding what it wrote without reading it back."""
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from optuna.trial import TrialState
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-import storage.batch as batch
-import storage.cache as cache
-from dimr.sampler import mask_space
+import storage.optuna_compat as cache
+import storage.trials as batch
+from dimr.masks import mask_space
 from storage import MaskLedger, open_storage
-from storage.batch import as_finished, finish_trial, start_trial, write_trial
-from storage.cache import StudyCache
 from storage.ledger import MaskRow
+from storage.optuna_compat import StudyCache
+from storage.trials import as_finished, finish_trial, start_trial, write_trial
 
 SPACE = mask_space(4)
 

@@ -1,4 +1,4 @@
-"""`storage.cache.StudyCache` and `storage.batch.write_trial`: what two drivers see of each other's trials."""
+"""`storage.optuna_compat.StudyCache` and `storage.trials.write_trial`: what two drivers see of each other's trials."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from datetime import timedelta
 import optuna
 from optuna.trial import TrialState
 
-from dimr.sampler import BIT, mask_space
+from dimr.masks import BIT, mask_space
 from storage import open_storage
-from storage.batch import beat, write_trial
-from storage.cache import StudyCache
+from storage.optuna_compat import StudyCache
+from storage.trials import beat, write_trial
 
 
 def test_two_views_see_new_params_states_and_values(storage_url):
@@ -76,7 +76,7 @@ def test_finish_trial_commits_the_result_and_the_ledger_row_together(storage_url
     """`finish_trial` leaves what `Study.tell` leaves (values, state, attributes), with the ledger row in
     the same transaction: a refused finish changes neither."""
     from storage import MaskLedger
-    from storage.batch import finish_trial
+    from storage.trials import finish_trial
 
     storage = open_storage(storage_url)
     study = optuna.create_study(storage=StudyCache(storage), study_name="f", directions=["minimize", "maximize"])

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import scipy.linalg
 
-from dimr import swap
-from dimr.budget import Budget, random_mask
+from dimr.masks import Budget, random_mask
+from dimr.search.proposers import swap
 
 
 def _independent_features(mask: tuple[bool, ...]) -> list[float]:

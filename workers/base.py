@@ -62,14 +62,3 @@ class Evaluator(Protocol):
         """ShortGPT's block influence per layer: 1 − cos(layer input, layer output) on calibration data."""
 
     def close(self) -> None: ...
-
-
-def make_evaluator(spec: EvalSpec, workers: int = 1, ray_address: str | None = None) -> Evaluator:
-    """In-process for one worker and no cluster; a Ray actor pool otherwise."""
-    if workers <= 1 and ray_address is None:
-        from workers.local import LocalEvaluator
-
-        return LocalEvaluator(spec)
-    from workers.ray_pool import RayPool
-
-    return RayPool(spec, workers=workers, address=ray_address)

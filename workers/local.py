@@ -13,8 +13,8 @@ from collections import deque
 import torch
 
 from dimr import cost as costs
-from dimr import routing
 from dimr.pairs import load_model, pick_device
+from dimr.slim import forward_from, layer_inputs, num_layers, slim_verifier
 from workers.base import EvalSpec, Evaluation
 
 
@@ -25,7 +25,7 @@ class MaskScorer:
         self.spec, self.name = spec, name
         self.device = pick_device(spec.device)
         self.verifier = load_model(spec.pair, "verifier", self.device)
-        self.num_layers = routing.num_layers(self.verifier)
+        self.num_layers = num_layers(self.verifier)
         if spec.cost not in costs.COSTS:
             raise ValueError(f"unknown cost {spec.cost!r}")
         draft = load_model(spec.pair, "draft", self.device) if spec.cost == "bridge" else None
@@ -33,9 +33,9 @@ class MaskScorer:
         with torch.inference_mode():
             for ids in spec.input_ids.split(spec.batch_size):
                 ids = ids.to(self.device)
-                hidden = routing.layer_inputs(self.verifier, ids)
+                hidden = layer_inputs(self.verifier, ids)
                 full = (True,) * self.num_layers
-                full_logp = torch.log_softmax(routing.forward_from(self.verifier, full, hidden).float(), -1)
+                full_logp = torch.log_softmax(forward_from(self.verifier, full, hidden).float(), -1)
                 draft_logp = torch.log_softmax(draft(ids).logits.float(), -1) if draft is not None else None
                 self.batches.append((ids, hidden if spec.prefix_reuse else None, full_logp, draft_logp))
         del draft
@@ -45,10 +45,10 @@ class MaskScorer:
         t0 = time.perf_counter()
         totals = {"cost": 0.0, "top1_agreement": 0.0, "expected_acceptance": 0.0}
         n = 0
-        slim = None if self.spec.prefix_reuse else routing.slim_verifier(self.verifier, mask)
+        slim = None if self.spec.prefix_reuse else slim_verifier(self.verifier, mask)
         for ids, hidden, full_logp, draft_logp in self.batches:
             if hidden is not None:
-                logits = routing.forward_from(self.verifier, mask, hidden)
+                logits = forward_from(self.verifier, mask, hidden)
             else:
                 logits = slim(ids).logits
             slim_logp = torch.log_softmax(logits.float(), -1)
@@ -67,7 +67,7 @@ class MaskScorer:
         sums = torch.zeros(self.num_layers, dtype=torch.float64)
         for ids, hidden, _, _ in self.batches:
             if hidden is None:
-                hidden = routing.layer_inputs(self.verifier, ids)
+                hidden = layer_inputs(self.verifier, ids)
             for i in range(self.num_layers):
                 cos = torch.nn.functional.cosine_similarity(hidden[i].float(), hidden[i + 1].float(), dim=-1)
                 sums[i] += (1 - cos).sum().item()

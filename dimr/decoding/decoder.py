@@ -53,11 +53,11 @@ class Decoder:
         verifier = load_model(p, "verifier", dev)
         slim_model = None
         if slim is not None:
-            from dimr.export import apply_slim_config, load_slim_config
+            from dimr.slim_config import apply_slim_config, load_slim_config
 
             slim_model = apply_slim_config(load_slim_config(Path(slim)), verifier)
         elif mask is not None:
-            from dimr.routing import slim_verifier
+            from dimr.slim import slim_verifier
 
             slim_model = slim_verifier(verifier, mask)
         return cls.from_models(verifier, load_model(p, "draft", dev), slim_model, load_tokenizer(p), compiled)

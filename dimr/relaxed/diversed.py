@@ -215,7 +215,7 @@ def save_head(head: EnsembleHead, path: Path, *, pair: str, draft: PreTrainedMod
     from safetensors.torch import save_file
 
     from dimr import __version__
-    from dimr.export import fingerprint
+    from dimr.slim_config import fingerprint
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -238,7 +238,7 @@ def load_head(path: Path, draft: PreTrainedModel | None = None, full: PreTrained
     """Load a head; with the models given, refuse one trained for other architectures (fingerprints)."""
     from safetensors.torch import load_file
 
-    from dimr.export import fingerprint
+    from dimr.slim_config import fingerprint
 
     path = Path(path)
     meta_path = head_config_path(path)

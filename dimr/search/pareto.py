@@ -11,9 +11,8 @@ from __future__ import annotations
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from dimr.budget import parse_budget
 from dimr.errors import DimrError
-from dimr.routing import mask_from_key
+from dimr.masks import mask_from_key, parse_budget
 
 OBJECTIVES = ("cost", "pareto")
 

@@ -1,4 +1,4 @@
-"""Layer masks and slim verifiers.
+"""The slim verifier: the verifier run with only the layers a mask keeps.
 
 A *layer mask* has one bool per verifier decoder layer (True = the layer runs). A *slim verifier* is the
 verifier run with only its kept layers. It is a second model object that shares every tensor with the full
@@ -29,37 +29,10 @@ import torch
 from torch import Tensor, nn
 
 from dimr.errors import DimrError
-
-Mask = tuple[bool, ...]
+from dimr.masks import Mask, first_skipped, kept_layers, mask_key
 
 # Families whose decoder is `model.model.layers` and whose layers only use `layer_idx` to address the cache.
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2")
-
-
-# --- masks ---------------------------------------------------------------------------------------------
-
-def mask_key(mask: Sequence[bool]) -> str:
-    """The mask as a string, one char per layer: "1" keep, "0" skip (e.g. "11011111")."""
-    return "".join("1" if m else "0" for m in mask)
-
-
-def mask_from_key(key: str) -> Mask:
-    """Inverse of :func:`mask_key`."""
-    if not key or set(key) - {"0", "1"}:
-        raise DimrError(
-            f"layer mask {key!r} is not a string of 0s and 1s; write one 1 (keep) or 0 (skip) per layer"
-        )
-    return tuple(c == "1" for c in key)
-
-
-def kept_layers(mask: Sequence[bool]) -> list[int]:
-    """Indices of the layers that run."""
-    return [i for i, m in enumerate(mask) if m]
-
-
-def first_skipped(mask: Sequence[bool]) -> int:
-    """Index of the first skipped layer, or ``len(mask)`` if the mask skips nothing."""
-    return next((i for i, m in enumerate(mask) if not m), len(mask))
 
 
 # --- models --------------------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dimr.budget import Budget, Mask
+from dimr.masks import Budget, Mask
 
 
 def skip_last(budget: Budget) -> Mask:

@@ -11,8 +11,8 @@ When several workers are idle at once, `propose_batch` fits the posterior once a
 idle worker (batch Thompson sampling): each draw proposes its cheapest untaken mask, none twice.
 
 This is BOCS (Baptista & Poloczek, ICML 2018) with an exact-k budget, its acquisition optimised over swap
-neighbourhoods (a trust region around the incumbents). Measured on the ``mini`` verifier
-(README, "Search quality"), searching only near the best masks beats proposing the model's global optimum:
+neighbourhoods (a trust region around the incumbents). On the ``mini`` verifier (docs/search.md),
+searching only near the best masks beats proposing the model's global optimum:
 with a few dozen evaluations the model ranks masks near the data well and far from it poorly.
 """
 
@@ -22,7 +22,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from dimr.budget import Budget, Mask, random_mask
+from dimr.masks import Budget, Mask, random_mask
+from dimr.search.proposers import MaskProposer
 
 LAYER_PRIOR_VAR = 1.0  # prior variance of each layer's weight on log(cost)
 PAIR_PRIOR_VAR = 1.0  # prior variance of each pair's interaction weight
@@ -57,8 +58,16 @@ def swaps(mask: Mask) -> list[Mask]:
     return out
 
 
-class SwapProposer:
+class SwapProposer(MaskProposer):
     """Proposes the next exact-k mask from the evaluated ones (see the module docstring)."""
+
+    name = "swap"
+    batches = True
+
+    def suggest(self, ctx, trials, budgets, rngs):
+        if len(trials) == 1:
+            return [self.propose(budgets[0], ctx.evaluated(), ctx.is_taken, rngs[0], ctx.held())]
+        return self.propose_batch(budgets, ctx.evaluated(), ctx.is_taken, rngs, ctx.held())
 
     def posterior(self, masks: Sequence[Mask], costs: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
         """Mean and covariance of the weights given log(cost) of ``masks`` (the intercept's prior: the mean).

@@ -1,4 +1,10 @@
-"""The budget: how many verifier layers the slim verifier skips, and masks that respect it.
+"""Layer masks, the budget, and the codecs between masks, keys and Optuna params.
+
+A *layer mask* has one bool per verifier decoder layer (True = the layer runs). Its *key* is the mask as a
+string, one char per layer ("1" keep, "0" skip: ``"11011111"``); its *params* are one Optuna categorical per
+layer (``layer_07`` = 1 keeps layer 7), so a trial's params are its mask.
+
+The budget: how many verifier layers the slim verifier skips, and masks that respect it.
 
 ``--budget 4`` skips exactly 4 layers; ``--budget 0.25`` skips round(0.25·L). A single-objective search
 always wants the fewest skipped layers it may, so an "at most" budget would collapse to the exact one;
@@ -7,13 +13,54 @@ the cost-vs-compute trade-off belongs to a Pareto study instead.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from optuna.distributions import CategoricalDistribution
 
 from dimr.errors import DimrError
 
 Mask = tuple[bool, ...]
+PARAM = "layer_{:02d}"
+BIT = CategoricalDistribution((0, 1))
+
+
+def mask_key(mask: Sequence[bool]) -> str:
+    """The mask as a string, one char per layer: "1" keep, "0" skip (e.g. "11011111")."""
+    return "".join("1" if m else "0" for m in mask)
+
+
+def mask_from_key(key: str) -> Mask:
+    """Inverse of :func:`mask_key`."""
+    if not key or set(key) - {"0", "1"}:
+        raise DimrError(
+            f"layer mask {key!r} is not a string of 0s and 1s; write one 1 (keep) or 0 (skip) per layer"
+        )
+    return tuple(c == "1" for c in key)
+
+
+def kept_layers(mask: Sequence[bool]) -> list[int]:
+    """Indices of the layers that run."""
+    return [i for i, m in enumerate(mask) if m]
+
+
+def first_skipped(mask: Sequence[bool]) -> int:
+    """Index of the first skipped layer, or ``len(mask)`` if the mask skips nothing."""
+    return next((i for i, m in enumerate(mask) if not m), len(mask))
+
+
+def mask_space(num_layers: int) -> dict[str, CategoricalDistribution]:
+    """The Optuna search space of a verifier with ``num_layers`` layers: one 0/1 categorical per layer."""
+    return {PARAM.format(i): BIT for i in range(num_layers)}
+
+
+def params_to_mask(params: dict, num_layers: int) -> Mask:
+    return tuple(bool(params[PARAM.format(i)]) for i in range(num_layers))
+
+
+def mask_to_params(mask: Mask) -> dict[str, int]:
+    return {PARAM.format(i): int(b) for i, b in enumerate(mask)}
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,8 @@ from torch import nn
 
 from dimr import __version__
 from dimr.errors import DimrError
-from dimr.routing import Mask, kept_layers, mask_from_key, mask_key, num_layers, slim_verifier
+from dimr.masks import Mask, kept_layers, mask_from_key, mask_key
+from dimr.slim import num_layers, slim_verifier
 
 SCHEMA = "dimr.slim-config/1"
 

@@ -18,16 +18,8 @@ from transformers import (
 )
 
 from dimr.errors import DimrError
-from dimr.routing import (
-    first_skipped,
-    forward_from,
-    kept_layers,
-    layer_inputs,
-    mask_from_key,
-    mask_key,
-    num_layers,
-    slim_verifier,
-)
+from dimr.masks import first_skipped, kept_layers, mask_from_key, mask_key
+from dimr.slim import forward_from, layer_inputs, num_layers, slim_verifier
 
 L, V, T = 6, 128, 16
 COMMON = dict(vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_layers=L, num_attention_heads=4,

@@ -1,0 +1,87 @@
+"""The search for a slim verifier: heuristic seeds, then random, then Bayesian masks, persisted trial by trial.
+
+    from dimr.search import run_search
+    result = run_search("mini", budget=4, trials=40, storage="sqlite:///dimr.db")
+
+Modules: `settings` (what defines a study, the checks made before writing), `study` (creation race, seeds),
+`driver` (the loop), `recovery` (dead drivers, retries), `sampler` (phases and novelty around one
+`proposers.MaskProposer`: swap, tpe, gp, random), `heuristics` (seed masks), `pareto` (cost vs kept layers).
+
+Resuming is running the same search again: completed masks are never evaluated again, trials a dead
+driver left RUNNING become FAIL (at once for a dead process on this host, after the heartbeat grace
+period elsewhere) and their masks are retried.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import optuna
+
+from dimr.errors import DimrError
+from dimr.search.driver import BATCH_MAX, Driver
+from dimr.search.settings import (
+    SEEDS_ATTR,
+    SETTINGS_ATTR,
+    SearchOptions,
+    SearchResult,
+    StudySettings,
+    check_mask_space,
+    check_resume,
+    stored_settings,
+)
+from dimr.search.study import open_study
+from workers.base import Evaluator
+
+__all__ = ["BATCH_MAX", "SEEDS_ATTR", "SETTINGS_ATTR", "Search", "SearchOptions", "SearchResult", "StudySettings",
+           "check_mask_space", "check_resume", "run_search", "stored_settings"]
+
+
+class Search(Driver):
+    """Open (create or resume) ``study_name`` on ``storage`` and drive it: ``Search(...).run()``."""
+
+    def __init__(self, storage: optuna.storages.RDBStorage, study_name: str, settings: StudySettings,
+                 options: SearchOptions, evaluator: Evaluator,
+                 on_result: Callable[[int, int, float | None], None] | None = None):
+        if evaluator.num_layers != settings.num_layers:
+            raise ValueError("evaluator and settings disagree on the number of layers")
+        study, store, sampler = open_study(storage, study_name, settings, options, evaluator)
+        super().__init__(study, store, sampler, settings, options, evaluator, on_result)
+
+
+def run_search(pair: str, budget: str | float | int = 0.25, *, trials: int = 50, storage: str = "sqlite:///dimr.db",
+               study: str | None = None, cost: str = "kl", objective: str = "cost", sampler: str = "swap",
+               startup_trials: int = 0, seed: int | None = 0, calibration: str | None = None,
+               num_sequences: int = 16, seq_len: int = 128, workers: int = 1, ray_address: str | None = None,
+               device: str | None = None, batch_size: int = 4, pairs_file: Path | None = None,
+               on_result: Callable[[int, int, float | None], None] | None = None) -> SearchResult:
+    """Search (or resume) a mask for ``pair``'s verifier; every trial is stored in ``storage``.
+
+    Everything that can be wrong (pair, budget, mask space, calibration, storage URL, resumed settings) is
+    checked before anything is written. ``budget``: layers to skip (4) or a fraction of the layers (0.25).
+    ``study`` defaults to ``PAIR-skipK-COST``. See `dimr search --help` for the rest."""
+    from dimr.calibration import load_calibration
+    from dimr.masks import parse_budget
+    from dimr.pairs import get_pair, load_tokenizer, num_verifier_layers
+    from storage import StorageError, open_storage
+    from workers import EvalSpec, make_evaluator
+
+    p = get_pair(pair, pairs_file)
+    b = parse_budget(budget, num_verifier_layers(p))
+    check_mask_space(b, objective, trials)
+    calib = load_calibration(calibration or p.calibration, load_tokenizer(p), num_sequences, seq_len)
+    settings = StudySettings.for_pair(p, b, calib, cost=cost, objective=objective)
+    try:
+        st = open_storage(storage)
+    except StorageError as e:
+        raise DimrError(str(e)) from None
+    name = study or settings.default_study_name()
+    check_resume(stored_settings(st, name), settings, name)
+    spec = EvalSpec(pair=p, input_ids=calib.input_ids, cost=cost, device=device, batch_size=batch_size)
+    evaluator = make_evaluator(spec, workers=workers, ray_address=ray_address)
+    try:
+        return Search(st, name, settings, SearchOptions(trials, startup_trials, sampler, seed), evaluator,
+                      on_result=on_result).run()
+    finally:
+        evaluator.close()

@@ -1,0 +1,227 @@
+"""The search driver: the loop that keeps ``evaluator.slots`` (+ ``ahead``) trials in flight.
+
+It asks the sampler for masks, starts their trials through the `TrialStore` (one transaction each: trial,
+params, attributes, heartbeat and the mask's claim), hands them to the `Evaluator`, and records each result
+the moment it arrives. It never imports SQLAlchemy or Ray. Study set-up and seeds: `dimr.search.study`;
+dead drivers and retries: `dimr.search.recovery`.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from dimr.errors import DimrError
+from dimr.masks import Mask, mask_key, params_to_mask
+from dimr.search import pareto
+from dimr.search.recovery import recover
+from dimr.search.sampler import BudgetSampler
+from dimr.search.settings import SearchOptions, SearchResult, StudySettings
+from storage.rdb import HEARTBEAT_S
+from storage.store import TrialStore
+from storage.trials import Started
+from workers.base import Evaluation, Evaluator
+
+BATCH_MAX = 8  # the most trials one sampler fit proposes when that many slots are idle
+CHECK_EVERY_S = 2.0  # how often a busy driver looks for dead drivers' trials and failed masks
+
+
+def new_trial(number: int) -> FrozenTrial:
+    """The trial ``number`` as the sampler sees it before it exists (the driver creates it after sampling)."""
+    return FrozenTrial(number=number, state=TrialState.RUNNING, value=None, datetime_start=datetime.now(),
+                       datetime_complete=None, params={}, distributions={}, user_attrs={}, system_attrs={},
+                       intermediate_values={}, trial_id=-1)
+
+
+class Driver:
+    """One run of the loop over one opened study (`dimr.search.study.open_study`)."""
+
+    def __init__(self, study: optuna.Study, store: TrialStore, sampler: BudgetSampler, settings: StudySettings,
+                 options: SearchOptions, evaluator: Evaluator,
+                 on_result: Callable[[int, int, float | None], None] | None = None):
+        if evaluator.num_layers != settings.num_layers:
+            raise ValueError("evaluator and settings disagree on the number of layers")
+        self.study, self.store, self.sampler = study, store, sampler
+        self.settings, self.options, self.evaluator = settings, options, evaluator
+        self.on_result = on_result or (lambda done, total, best: None)
+        self._taken: dict[str, bool] = {}  # the ledger's answers during one ask (the claim has the last word)
+        sampler.is_taken = self._is_taken
+        self._inflight: dict[int, tuple[FrozenTrial, Mask]] = {}
+        self._lock = threading.Lock()
+        self._next_check = 0.0
+        self._best_cost: float | None = None
+        self.result = SearchResult(study.study_name, 0, 0, None, None, None)
+
+    def _is_taken(self, mask: Mask) -> bool:
+        key = mask_key(mask)
+        if key not in self._taken:
+            self._taken[key] = self.store.is_taken(key)
+        return self._taken[key]
+
+    def _check(self) -> None:
+        self._next_check = time.monotonic() + CHECK_EVERY_S
+        self._note_best(self._best())
+        self.result.retried += recover(self.study, self.store, self._inflight)
+
+    def _ask(self, want: int = 1) -> int:
+        """Start one trial, or up to ``want`` from one sampler fit; return the study's complete + running masks
+        after them (all drivers).
+
+        The sampler runs first, for the next trial number, then the store creates the trial and claims its mask
+        in one transaction. An enqueued (WAITING) trial is taken first, as `Study.ask` takes it, and alone.
+        Another driver may number a trial first: this one then gets the next number (its mask was drawn for the
+        number before). With no trial enqueued, ``want`` > 1 and a batching sampler, the next ``want`` numbers'
+        masks come from one fit and start together (claimed and numbered in order, up to the target)."""
+        self._taken.clear()
+        skip: set[int] = set()
+        while True:
+            with self.store.one_read():
+                trials = self.store.trials(self.study)
+                waiting = next((t for t in trials if t.state == TrialState.WAITING and t.number not in skip), None)
+                number = waiting.number if waiting else (trials[-1].number + 1 if trials else 0)
+                if waiting is None and want > 1 and self.sampler.batches(number):
+                    batch = self.sampler.propose(self.study, [new_trial(number + j) for j in range(want)])
+                    break
+                trial = waiting or new_trial(number)
+                self.sampler.system_attrs = system = {}
+                try:
+                    params = self.sampler.propose(self.study, [trial])[0]
+                finally:
+                    self.sampler.system_attrs = None
+            mask = self._check_budget(params)
+            phase = trial.user_attrs.get("phase") or self.sampler.phase(number)
+            started = self.store.start(mask_key(mask), params, {"mask": mask_key(mask), "phase": phase},
+                                       self.options.trials, system_attrs=system, waiting=waiting)
+            if started is not None:
+                return self._launch(started, mask)
+            skip.add(waiting.number)  # another driver took this enqueued trial first
+        masks = [self._check_budget(params) for params in batch]
+        items = [(mask_key(m), params, {"mask": mask_key(m), "phase": self.sampler.phase(number + j)})
+                 for j, (m, params) in enumerate(zip(masks, batch, strict=True))]
+        held = 0
+        for one, mask in zip(self.store.start_many(items, self.options.trials), masks, strict=False):
+            held = self._launch(one, mask)  # fewer started than drawn: the study is full
+        return held
+
+    def _check_budget(self, params: dict) -> Mask:
+        mask = params_to_mask(params, self.settings.num_layers)
+        if mask.count(False) not in self.settings.skips:
+            raise RuntimeError(f"mask {mask_key(mask)} breaks the budget")
+        return mask
+
+    def _launch(self, started: Started, mask: Mask) -> int:
+        """Submit a started trial whose claim was won (else tell the sampler it was pruned); return held."""
+        trial, claim = started.trial, started.claim
+        if not claim.won:
+            # Full: other drivers claimed the last trials between our count and our claim (no evaluation).
+            # Otherwise another trial holds this mask (e.g. a concurrent driver enqueued the same seed).
+            if claim.state != "full":
+                self.result.pruned_duplicates += 1
+            self.sampler.after_trial(self.study, trial, TrialState.PRUNED, None)  # as Study.tell would
+            return claim.held
+        with self._lock:
+            self._inflight[trial.number] = (trial, mask)
+        self.evaluator.submit(trial.number, mask)
+        return claim.held
+
+    def _tell(self, ticket: int, outcome: Evaluation | BaseException) -> None:
+        with self._lock:
+            trial, mask = self._inflight.pop(ticket)
+        key = mask_key(mask)
+        if isinstance(outcome, BaseException):  # FAIL with the error, the mask released: one transaction
+            self.store.fail(trial, key, {"error": f"{type(outcome).__name__}: {outcome}"[:500]})
+            self.sampler.after_trial(self.study, trial, TrialState.FAIL, None)
+            self._next_check = 0.0  # queue the mask again before the next ask takes a new one
+            return
+        told = pareto.objective_values(self.settings.objective, outcome.cost, mask)
+        values = told if isinstance(told, list) else [told]
+        if all(math.isfinite(v) for v in values):  # the common case: one transaction, no read-back
+            self.store.finish(trial, key, values, outcome.metrics())
+            self.sampler.after_trial(self.study, trial, TrialState.COMPLETE, values)
+        else:
+            self.store.finish_non_finite(self.study, trial, key, told, outcome.cost, outcome.metrics())
+        self._note_best(outcome.cost)
+        self.result.evaluated += 1
+
+    def _heartbeat(self, stop: threading.Event) -> None:
+        while not stop.wait(HEARTBEAT_S / 2):
+            with self._lock:
+                trials = [t for t, _ in self._inflight.values()]
+            try:
+                self.store.beat(trials)
+            except Exception:  # noqa: BLE001 - a missed beat is retried at the next tick
+                pass
+
+    def run(self) -> SearchResult:
+        target = self.options.trials
+        stop = threading.Event()
+        threading.Thread(target=self._heartbeat, args=(stop,), daemon=True).start()
+        try:
+            self._check()
+            while True:
+                if self.evaluator.slots < 1:
+                    raise DimrError("every evaluation worker is gone; check the workers' logs and run again")
+                complete, elsewhere = self.store.counts()
+                self.on_result(complete, target, self._best_cost)
+                held = complete + elsewhere
+                # Slots, plus the masks an evaluator wants queued behind them (`Evaluator.ahead`): a freed worker
+                # then starts its next mask at once instead of waiting for this loop.
+                cap = self.evaluator.slots + getattr(self.evaluator, "ahead", 0)
+                while len(self._inflight) < cap and held < target:
+                    held = self._ask(min(cap - len(self._inflight), target - held, BATCH_MAX))
+                if not self._inflight:
+                    if complete >= target:
+                        break
+                    time.sleep(1.0)  # other drivers hold the remaining trials: wait for them or their death
+                    self._check()
+                    continue
+                for ticket, outcome in self.evaluator.wait(timeout=HEARTBEAT_S):
+                    if ticket in self._inflight:  # else a mask an interrupted earlier run left in a reused pool
+                        self._tell(ticket, outcome)
+                if time.monotonic() >= self._next_check:  # scans every RUNNING trial: not after every result
+                    self._check()
+        finally:
+            stop.set()
+            self._hand_back()
+        return self._summary()
+
+    def _hand_back(self) -> None:
+        """Interrupted: FAIL the trials in flight and release their masks for the next run."""
+        with self._lock:
+            leftovers = list(self._inflight.values())
+            self._inflight.clear()
+        for trial, mask in leftovers:
+            if self.store.fail(trial, mask_key(mask)) is not None:
+                self.sampler.after_trial(self.study, trial, TrialState.FAIL, None)
+
+    def _summary(self) -> SearchResult:
+        self.result.complete, _ = self.store.counts()
+        best = self._best_trial()
+        if best is not None:
+            self.result.best_cost, self.result.best_trial = pareto.cost_of(best), best.number
+            self.result.best_mask = best.user_attrs.get("mask")
+        return self.result
+
+    def _best_trial(self) -> FrozenTrial | None:
+        """The lowest-cost complete trial (in a Pareto study: of the front)."""
+        if self.settings.objective == "pareto":
+            return min(self.study.best_trials, key=pareto.cost_of, default=None)
+        try:
+            return self.study.best_trial
+        except ValueError:
+            return None
+
+    def _best(self) -> float | None:
+        best = self._best_trial()
+        return None if best is None else pareto.cost_of(best)
+
+    def _note_best(self, cost: float | None) -> None:
+        """The best cost shown while searching: this driver's results at once, other drivers' at each check."""
+        if cost is not None and (self._best_cost is None or cost < self._best_cost):
+            self._best_cost = cost

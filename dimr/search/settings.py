@@ -1,0 +1,125 @@
+"""What defines a study (`StudySettings`), how to search it (`SearchOptions`), and the checks made before
+anything is written: the mask space, the study name, resuming with the stored settings."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field
+
+import optuna
+
+from dimr.errors import DimrError
+from dimr.masks import Budget
+
+SETTINGS_ATTR = "dimr_settings"
+SEEDS_ATTR = "dimr_seeds"
+SETUP_WAIT_S = 30.0  # how long a driver waits for a concurrent driver to finish creating the study
+OBJECTIVES = ("cost", "pareto")
+
+
+@dataclass(frozen=True)
+class StudySettings:
+    """What defines a study. Resuming with any of these changed is refused."""
+
+    pair: str
+    verifier: str
+    fingerprint: str
+    num_layers: int
+    skip: int
+    cost: str
+    calibration: str
+    calibration_hash: str
+    num_sequences: int
+    seq_len: int
+    objective: str = "cost"  # or "pareto": cost vs kept fraction, skipping 1..skip layers (`dimr.search.pareto`)
+
+    @classmethod
+    def for_pair(cls, pair, budget: Budget, calibration, cost: str = "kl", objective: str = "cost",
+                 fingerprint: str | None = None) -> StudySettings:
+        """The settings of a study of ``pair`` (a `dimr.pairs.Pair`) on ``calibration`` (`dimr.calibration`).
+        ``fingerprint``: the verifier's, if known (else computed from its config, no weights)."""
+        from dimr.pairs import verifier_fingerprint
+
+        if objective not in OBJECTIVES:
+            raise DimrError(f"objective {objective!r} is unknown; use {' or '.join(OBJECTIVES)}")
+        return cls(pair=pair.name, verifier=pair.verifier, fingerprint=fingerprint or verifier_fingerprint(pair),
+                   num_layers=budget.num_layers, skip=budget.skip, cost=cost, calibration=calibration.spec,
+                   calibration_hash=calibration.hash, num_sequences=calibration.num_sequences,
+                   seq_len=calibration.seq_len, objective=objective)
+
+    @property
+    def budget(self) -> Budget:
+        return Budget(self.num_layers, self.skip)
+
+    @property
+    def skips(self) -> tuple[int, ...]:
+        """The skip counts a trial may have: exactly ``skip``, or 1..skip in a Pareto study."""
+        return tuple(range(1, self.skip + 1)) if self.objective == "pareto" else (self.skip,)
+
+    def default_study_name(self) -> str:
+        return f"{self.pair}-skip{self.skip}-{self.cost}" + ("-pareto" if self.objective == "pareto" else "")
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """How to search; these may change between runs of one study."""
+
+    trials: int = 50
+    startup_trials: int = 0  # the swap proposer needs no random phase (docs/search.md); tpe/gp want ~10
+    sampler: str = "swap"
+    seed: int | None = 0
+
+
+@dataclass
+class SearchResult:
+    study: str
+    complete: int
+    evaluated: int  # evaluations this run paid for
+    best_cost: float | None
+    best_mask: str | None
+    best_trial: int | None
+    pruned_duplicates: int = 0
+    retried: list[int] = field(default_factory=list)
+
+
+def check_mask_space(budget: Budget, objective: str, trials: int) -> None:
+    """Refuse a target of more trials than the mask space holds (exactly ``budget.skip`` skipped layers, or 1 to
+    ``budget.skip`` in a Pareto study)."""
+    skips = range(1, budget.skip + 1) if objective == "pareto" else (budget.skip,)
+    n = sum(math.comb(budget.num_layers, k) for k in skips)
+    if n < trials:
+        what = f"skipping 1 to {budget.skip} layers" if objective == "pareto" else budget.describe()
+        raise DimrError(f"only {n} masks {what}; ask for at most that many --trials")
+
+
+def stored_settings(storage: optuna.storages.BaseStorage, study_name: str,
+                    wait_s: float = SETUP_WAIT_S) -> dict | None:
+    """The settings of an existing study, or None if there is no such study. Writes nothing.
+
+    A study that another driver is setting up right now (created, seeds not yet recorded) is waited for,
+    up to ``wait_s``: concurrent drivers started on a new study must all see its settings.
+    """
+    try:
+        study_id = storage.get_study_id_from_name(study_name)
+    except KeyError:
+        return None
+    deadline = time.monotonic() + wait_s
+    while True:
+        attrs = storage.get_study_user_attrs(study_id)
+        if SEEDS_ATTR in attrs or time.monotonic() >= deadline:
+            return attrs.get(SETTINGS_ATTR, {})
+        time.sleep(0.2)
+
+
+def check_resume(stored: dict | None, settings: StudySettings, study_name: str) -> None:
+    """Refuse to resume a study with settings that conflict with the stored ones."""
+    if stored is None:
+        return
+    new = asdict(settings)
+    diff = [k for k in new if k in stored and stored[k] != new[k]]
+    if not stored:
+        raise DimrError(f"study {study_name!r} exists but was not made by dimr; pick another --study name")
+    if diff:
+        details = "; ".join(f"{k}: stored {stored[k]!r}, asked {new[k]!r}" for k in diff)
+        raise DimrError(f"study {study_name!r} was made with other settings ({details}); "
+                        "use the stored settings or a new --study name")
