@@ -34,7 +34,7 @@ def register(app: typer.Typer) -> None:
         if steps is not None and steps <= 0:
             raise DimrError(f"--steps must be positive, got {steps}")
         if work is None:
-            from dimr.pairs import dimr_home
+            from dimr.paths import dimr_home
 
             work = dimr_home() / ("mini-work-quick" if quick else "mini-work")
         cfg = tm.quick_config(output, data_dir, work, seed) if quick else tm.RunConfig(output, data_dir, work, seed)

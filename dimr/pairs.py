@@ -43,6 +43,7 @@ class Pair:
     calibration: str = HUB_CALIBRATION
     description: str = ""
     local: bool = field(default=False, compare=False)
+    build: str | None = field(default=None, compare=False)  # a recipe that writes the files on first load
 
 
 BUILTIN: dict[str, Pair] = {
@@ -60,19 +61,31 @@ BUILTIN: dict[str, Pair] = {
 }
 
 
-def dimr_home() -> Path:
-    """Where dimr materialises local artefacts (the tiny-random pair). ``$DIMR_HOME`` overrides."""
-    return Path(os.environ.get("DIMR_HOME", Path.home() / ".cache" / "dimr"))
-
-
 def _local_pairs() -> dict[str, Pair]:
+    """The pairs that need no hub: ``tiny-random`` (written on first load) and ``mini`` (shipped)."""
     from dimr import zoo
 
-    pairs = {"tiny-random": zoo.tiny_random_pair()}
-    mini = zoo.mini_pair()
-    if mini is not None:
-        pairs[mini.name] = mini
+    root = zoo.tiny_random_root()
+    pairs = {"tiny-random": Pair(
+        "tiny-random", str(root / "draft"), str(root / "verifier"), dtype="float32",
+        calibration=str(root / "calibration.txt"), build="tiny-random",
+        description="tiny Llama pair with random weights (8-layer verifier, 2-layer draft), for tests", local=True)}
+    info = zoo.mini_info()
+    if info is not None:
+        pairs["mini"] = Pair(
+            "mini", str(zoo.MINI_DIR / "draft"), str(zoo.MINI_DIR / "verifier"), dtype=info.get("dtype", "float32"),
+            calibration=str(zoo.DATA_DIR / info.get("calibration", "heldout_code.jsonl")),
+            description=info.get("description", "small real pair trained by dimr zoo train-mini"), local=True)
     return pairs
+
+
+def prepare(pair: Pair) -> Pair:
+    """Build what the pair's files need on this machine before its first load (the tiny-random checkpoints)."""
+    if pair.build == "tiny-random":
+        from dimr import zoo
+
+        zoo.materialise_tiny_random(zoo.tiny_random_root())
+    return pair
 
 
 def _user_pairs(path: Path | None) -> dict[str, Pair]:
@@ -136,6 +149,7 @@ def _dtype(pair: Pair, device: torch.device) -> torch.dtype:
 
 
 def _from_pretrained(cls, path: str, pair: Pair, **kw):
+    prepare(pair)
     try:
         return cls.from_pretrained(path, revision=pair.revision, **kw)
     except OSError as e:

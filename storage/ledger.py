@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 import optuna
-from optuna.storages._rdb import models
 from sqlalchemy import (
     DateTime,
     Float,
@@ -34,6 +33,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import IntegrityError, ProgrammingError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
+from storage.optuna_compat import models
 from storage.rdb import reader
 
 

@@ -21,14 +21,15 @@ from typing import Any
 import optuna
 import sqlalchemy
 from optuna.distributions import BaseDistribution, distribution_to_json
-from optuna.storages._rdb import models
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy import Executable, bindparam, func, insert, select, update
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from storage import optuna_compat as compat
 from storage.ledger import Claim, MaskLedger
+from storage.optuna_compat import models
 
 _TRIALS = models.TrialModel.__table__
 _UNFINISHED = (TrialState.RUNNING, TrialState.WAITING)  # what Optuna lets a trial update from
@@ -41,10 +42,6 @@ _INSERT_HEARTBEAT = insert(models.TrialHeartbeatModel.__table__)
 _INSERT_VALUE = insert(models.TrialValueModel.__table__)
 _FINISH = (update(_TRIALS).where(_TRIALS.c.trial_id == bindparam("id"), _TRIALS.c.state.in_(_UNFINISHED))
            .values(state=bindparam("to"), datetime_complete=bindparam("at")))
-
-
-def _backend(storage: optuna.storages.BaseStorage) -> optuna.storages.RDBStorage:
-    return getattr(storage, "_backend", storage)  # a study's storage is Optuna's cache around the RDB one
 
 
 def stored_now(engine: sqlalchemy.Engine) -> tuple[datetime, datetime]:
@@ -66,7 +63,7 @@ def write_trial(storage: optuna.storages.BaseStorage, trial_id: int, params: dic
                 heartbeat: bool = False) -> None:
     """Set params (external values), user attributes and, if asked, a first heartbeat of a RUNNING trial
     that has none of these params yet. Raises `optuna.exceptions.UpdateFinishedTrialError` if finished."""
-    rdb = _backend(storage)
+    rdb = compat.backend(storage)
     with Session(rdb.engine) as s:
         state = s.execute(select(models.TrialModel.state).where(models.TrialModel.trial_id == trial_id)).scalar_one()
         rdb.check_trial_is_updatable(trial_id, TrialState(state) if not isinstance(state, TrialState) else state)
@@ -95,7 +92,7 @@ def _upsert_user_attrs(s: Session, rdb: optuna.storages.RDBStorage, trial_id: in
     dialect = {"postgresql": postgresql, "sqlite": sqlite, "mysql": mysql}.get(rdb.engine.name)
     if dialect is None:
         for key, value in attrs.items():
-            rdb._set_trial_attr_without_commit(s, model, trial_id, key, value)
+            compat.set_trial_attr_without_commit(rdb, s, model, trial_id, key, value)
         return
     s.execute(_upsert(dialect, model), [{"trial_id": trial_id, "key": k, "value_json": json.dumps(v)}
                                         for k, v in attrs.items()])
@@ -114,7 +111,7 @@ def beat(storage: optuna.storages.BaseStorage, trial_ids: list[int]) -> None:
     trial). Their rows exist: `start_trial` (or `write_trial(..., heartbeat=True)`) made them."""
     if not trial_ids:
         return
-    rdb = _backend(storage)
+    rdb = compat.backend(storage)
     model = models.TrialHeartbeatModel
     with Session(rdb.engine) as s:
         now = s.execute(select(func.now())).scalar()  # the database's clock, as Optuna's own heartbeat
@@ -141,7 +138,7 @@ def start_trial(storage: optuna.storages.BaseStorage, ledger: MaskLedger, mask_k
     the ``owner`` attribute and a first heartbeat (Optuna fails no RUNNING trial that has no heartbeat row).
     Refused: PRUNED at once, with ``over_target`` (the study holds ``limit`` masks) or ``duplicate_of`` (the
     trial that holds the mask). Returns None, having written nothing, if another driver started ``waiting``."""
-    rdb = _backend(storage)
+    rdb = compat.backend(storage)
     for attempt in range(3):
         with Session(rdb.engine) as s:
             try:
@@ -157,7 +154,7 @@ def start_trial(storage: optuna.storages.BaseStorage, ledger: MaskLedger, mask_k
                             s.execute(stmt, [{"trial_id": trial_id, "key": k, "value_json": json.dumps(v)}
                                              for k, v in values.items()])
                 else:
-                    trial_id = waiting._trial_id
+                    trial_id = compat.trial_id(waiting)
                     taken = s.execute(update(_TRIALS).where(_TRIALS.c.trial_id == trial_id,
                                                             _TRIALS.c.state == TrialState.WAITING).values(**times))
                     if taken.rowcount != 1:
@@ -208,7 +205,7 @@ def start_trials(storage: optuna.storages.BaseStorage, ledger: MaskLedger,
     each claimed and numbered in order under one lock on the study, then every trial's attributes, params and
     first heartbeat in one statement each. All or nothing. Stops after the first claim refused as full (the
     study holds ``limit`` masks: the rest would be refused too), so it may return fewer than ``items``."""
-    rdb = _backend(storage)
+    rdb = compat.backend(storage)
     for attempt in range(3):
         out: list[tuple[int, int, Claim, datetime, dict[str, Any], dict[str, Any]]] = []
         with Session(rdb.engine) as s:
@@ -255,7 +252,7 @@ def finish_trial(storage: optuna.storages.BaseStorage, trial_id: int, values: Se
     keeps what `tell` checks (finite values, one per objective). The state changes first, by a compare-and-set
     that locks the trial's row. Raises `optuna.exceptions.UpdateFinishedTrialError` if the trial is already
     finished (and writes nothing)."""
-    rdb = _backend(storage)
+    rdb = compat.backend(storage)
     utc, local = stored_now(rdb.engine)
     with Session(rdb.engine) as s:
         done = s.execute(_FINISH, {"id": trial_id, "to": state, "at": utc})
@@ -284,4 +281,4 @@ def as_finished(trial: FrozenTrial, state: TrialState, values: Sequence[float] |
         number=trial.number, state=state, value=None, values=None if values is None else [float(v) for v in values],
         datetime_start=trial.datetime_start, datetime_complete=datetime_complete, params=trial.params,
         distributions=trial.distributions, user_attrs={**trial.user_attrs, **_as_read(user_attrs)},
-        system_attrs=trial.system_attrs, intermediate_values=trial.intermediate_values, trial_id=trial._trial_id)
+        system_attrs=trial.system_attrs, intermediate_values=trial.intermediate_values, trial_id=compat.trial_id(trial))

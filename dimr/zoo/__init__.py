@@ -67,29 +67,14 @@ def tiny_calibration_text() -> str:
     return Path(__file__).read_text() * 4
 
 
-def tiny_random_pair():
-    from dimr.pairs import Pair, dimr_home
+def tiny_random_root() -> Path:
+    """Where the tiny-random pair lives (written by `materialise_tiny_random` on first load, not before)."""
+    from dimr.paths import dimr_home
 
-    root = materialise_tiny_random(dimr_home() / f"tiny-random-v{TINY_VERSION}")
-    return Pair(
-        "tiny-random", str(root / "draft"), str(root / "verifier"), dtype="float32",
-        calibration=str(root / "calibration.txt"),
-        description="tiny Llama pair with random weights (8-layer verifier, 2-layer draft), for tests",
-        local=True,
-    )
+    return dimr_home() / f"tiny-random-v{TINY_VERSION}"
 
 
-def mini_pair():
-    """The shipped ``mini`` pair, or None if this checkout does not have it yet."""
-    from dimr.pairs import Pair
-
+def mini_info() -> dict | None:
+    """The shipped ``mini`` pair's metadata, or None if this checkout does not have it."""
     meta = MINI_DIR / "pair.json"
-    if not meta.exists():
-        return None
-    info = json.loads(meta.read_text())
-    return Pair(
-        "mini", str(MINI_DIR / "draft"), str(MINI_DIR / "verifier"), dtype=info.get("dtype", "float32"),
-        calibration=str(DATA_DIR / info.get("calibration", "heldout_code.jsonl")),
-        description=info.get("description", "small real pair trained by dimr zoo train-mini"),
-        local=True,
-    )
+    return json.loads(meta.read_text()) if meta.exists() else None
