@@ -1,4 +1,4 @@
-"""Relaxed-verification benchmark: the whole pipeline behind the README section "Relaxed verification", one command.
+"""Relaxed-verification benchmark: the whole pipeline behind docs/relaxed.md, one command.
 
     python benchmarks/bench_relaxed.py --pair mini --temperature 0.5
 

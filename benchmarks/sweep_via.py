@@ -2,7 +2,7 @@
 
     python benchmarks/sweep_via.py --pair mini --slim slim.json --max-new-tokens 64 --threads 1
 
-The chosen defaults (dimr.decoding.Thresholds) and the table this printed are in the README, "Decoding".
+The chosen defaults (dimr.decoding.Thresholds) and the table this printed are in docs/decoding.md.
 """
 
 from __future__ import annotations

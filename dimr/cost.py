@@ -1,52 +1,45 @@
 """Costs: how far the slim verifier's next-token distribution is from the full verifier's (lower is better).
 
 Every cost takes log-probabilities ``[..., V]`` (``log_softmax`` outputs; ``-inf`` allowed for exact zeros)
-and returns one value per token ``[...]``, in nats. Names follow DESIGN.md: ``draft``, ``slim``, ``full``.
+and returns one value per token ``[...]``, in nats (`dimr.divergence`). Distributions are named ``draft``,
+``slim`` and ``full``.
 :func:`evaluate_logits` turns a batch into the numbers a trial records: the mean cost plus the top-1
 agreement and the expected acceptance ``1 - TV(full, slim)``, which users read more easily than nats.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
+from dimr.divergence import js_log, kl_log, tv_log
 from dimr.errors import DimrError
 
 CostFn = Callable[..., Tensor]
 
 
-def _kl(logp: Tensor, logq: Tensor) -> Tensor:
-    """KL(p‖q) = Σ p (log p − log q), with 0·log 0 = 0 (and +inf where p > 0 = q)."""
-    p = logp.exp()
-    terms = torch.where(p > 0, p * (logp - logq), torch.zeros((), dtype=p.dtype, device=p.device))
-    return terms.sum(-1)
-
-
 def kl(full_logp: Tensor, slim_logp: Tensor, draft_logp: Tensor | None = None) -> Tensor:
     """KL(full‖slim) = Σ_v p_full(v) · (log p_full(v) − log p_slim(v)). The default cost (VIA-SD)."""
-    return _kl(full_logp, slim_logp)
+    return kl_log(full_logp, slim_logp)
 
 
 def reverse_kl(full_logp: Tensor, slim_logp: Tensor, draft_logp: Tensor | None = None) -> Tensor:
     """KL(slim‖full) = Σ_v p_slim(v) · (log p_slim(v) − log p_full(v)): mode-seeking."""
-    return _kl(slim_logp, full_logp)
+    return kl_log(slim_logp, full_logp)
 
 
 def js(full_logp: Tensor, slim_logp: Tensor, draft_logp: Tensor | None = None) -> Tensor:
     """JS(full, slim) = ½ KL(full‖m) + ½ KL(slim‖m), m = ½ (p_full + p_slim). Symmetric, ≤ log 2."""
-    log_m = torch.logaddexp(full_logp, slim_logp) - math.log(2.0)
-    return 0.5 * _kl(full_logp, log_m) + 0.5 * _kl(slim_logp, log_m)
+    return js_log(full_logp, slim_logp)
 
 
 def bridge(full_logp: Tensor, slim_logp: Tensor, draft_logp: Tensor | None = None) -> Tensor:
     """KL(draft‖slim) + KL(slim‖full): the two legs of VIA-SD's KL bridge draft → slim → full."""
     if draft_logp is None:
         raise ValueError("the bridge cost needs draft_logp (the draft model's log-probs on the same tokens)")
-    return _kl(draft_logp, slim_logp) + _kl(slim_logp, full_logp)
+    return kl_log(draft_logp, slim_logp) + kl_log(slim_logp, full_logp)
 
 
 COSTS: dict[str, CostFn] = {"kl": kl, "reverse-kl": reverse_kl, "js": js, "bridge": bridge}
@@ -61,11 +54,6 @@ def get_cost(name: str) -> CostFn:
     return COSTS[name]
 
 
-def tv(logp_a: Tensor, logp_b: Tensor) -> Tensor:
-    """Total variation TV(a, b) = ½ Σ_v |p_a(v) − p_b(v)|, per token."""
-    return 0.5 * (logp_a.exp() - logp_b.exp()).abs().sum(-1)
-
-
 def top1_agreement(full_logp: Tensor, slim_logp: Tensor) -> Tensor:
     """1.0 where argmax p_full = argmax p_slim, else 0.0, per token."""
     return (full_logp.argmax(-1) == slim_logp.argmax(-1)).to(full_logp.dtype)
@@ -73,7 +61,7 @@ def top1_agreement(full_logp: Tensor, slim_logp: Tensor) -> Tensor:
 
 def expected_acceptance(full_logp: Tensor, slim_logp: Tensor) -> Tensor:
     """1 − TV(full, slim): the chance a token sampled from slim is accepted against full, per token."""
-    return 1.0 - tv(full_logp, slim_logp)
+    return 1.0 - tv_log(full_logp, slim_logp)
 
 
 @torch.no_grad()

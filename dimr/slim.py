@@ -12,7 +12,7 @@ skipped) and misaligns Gemma2's alternating sliding/global masks. So the slim mo
 ``num_hidden_layers = len(kept)`` and ``layer_types = [orig[i] for i in kept]``, and kept layer ``i`` becomes
 slot ``j`` of its own cache; each attention keeps its own ``sliding_window``.
 
-Prefix reuse (DESIGN.md, "Making one evaluation cheap"): layers before the first skipped layer compute
+Prefix reuse: layers before the first skipped layer compute
 exactly what the full model computes, so :func:`layer_inputs` records the hidden state entering every layer
 once per calibration batch and :func:`forward_from` starts a mask's forward at its first skipped layer.
 """

@@ -88,44 +88,14 @@ class MaskLedger:
                 time.sleep(0.5 + random.random())
         self._build_statements()
 
-    def claim(self, mask_key: str, trial_number: int, owner: str, limit: int | None = None) -> Claim:
-        """Claim a mask for evaluation. With ``limit``, refuse (state ``full``) once complete + running
-        masks reach it: checked and claimed under a lock on the study's row, so concurrent drivers never
-        evaluate more masks than a study asks for. A refused ``retry`` mask goes back to ``failed``."""
-        if limit is not None:
-            return self._claim_within(mask_key, trial_number, owner, limit)
+    def claim(self, mask_key: str, trial_number: int, owner: str, limit: int) -> Claim:
+        """Claim a mask for evaluation, refused (state ``full``) once complete + running masks reach ``limit``:
+        checked and claimed under a lock on the study's row (`claim_in`), so concurrent drivers never evaluate
+        more masks than a study asks for. A refused ``retry`` mask goes back to ``failed``."""
         with Session(self.engine) as s:
-            try:
-                s.add(MaskRow(study_id=self.study_id, mask_key=mask_key, state="running",
-                              trial_number=trial_number, owner=owner, updated=_now()))
-                s.commit()
-                return Claim(True, "running", trial_number)
-            except IntegrityError:
-                s.rollback()
-            # Someone holds it. Retake it only if it failed, with a compare-and-set on the state.
-            taken = s.execute(
-                update(MaskRow).where(MaskRow.study_id == self.study_id, MaskRow.mask_key == mask_key,
-                                      MaskRow.state.in_(("failed", "retry")))
-                .values(state="running", trial_number=trial_number, owner=owner, updated=_now())
-            )
+            claim, _ = self.claim_in(s, mask_key, owner, limit, trial_number)
             s.commit()
-            if taken.rowcount == 1:
-                return Claim(True, "running", trial_number)
-            row = self._row(s, mask_key)
-            return Claim(False, row.state, row.trial_number, row.cost)
-
-    def _claim_within(self, mask_key: str, trial_number: int, owner: str, limit: int) -> Claim:
-        for attempt in range(2):
-            with Session(self.engine) as s:
-                try:
-                    claim, _ = self.claim_in(s, mask_key, owner, limit, trial_number)
-                    s.commit()
-                    return claim
-                except IntegrityError:  # an unlimited claim of the same mask got in first: now a plain refusal
-                    s.rollback()
-                    if attempt:
-                        raise
-        raise AssertionError("unreachable")
+            return claim
 
     def _build_statements(self) -> None:
         """The statements of every ask, built once: building one costs more than running it."""
@@ -163,8 +133,7 @@ class MaskLedger:
                  trial_number: int | None = None, locked: bool = False) -> tuple[Claim, int]:
         """The limited `claim`, in the caller's transaction (nothing committed), and the trial number it
         recorded. Without ``trial_number`` the claim is for a trial about to be created, whose number is the
-        study's trial count, read under the same lock (`storage.trials.start_trial`). One lock and one read;
-        an `IntegrityError` means an unlimited claim of the mask got in first (roll back, try again).
+        study's trial count, read under the same lock (`storage.trials.start_trial`). One lock and one read.
         ``locked``: ``s`` already holds the study's lock (an earlier claim in it took it)."""
         if not locked:
             self.lock_study(s)
@@ -195,9 +164,6 @@ class MaskLedger:
         """The statement that records a mask as complete, to run in another transaction of this database
         (`storage.trials.finish_trial` commits it with the trial's result)."""
         return self._update(mask_key, state="complete", cost=cost, metrics=json.dumps(metrics))
-
-    def fail(self, mask_key: str) -> None:
-        self._set(mask_key, state="failed")
 
     def fail_statement(self, mask_key: str) -> Update:
         """The statement that releases a mask whose evaluation failed, to run in another transaction of this
@@ -245,16 +211,7 @@ class MaskLedger:
                     won.append((key, number))
         return won
 
-    def _row(self, s: Session, mask_key: str) -> MaskRow | None:
-        return s.execute(select(MaskRow).where(MaskRow.study_id == self.study_id,
-                                               MaskRow.mask_key == mask_key)).scalar_one_or_none()
-
     def _update(self, mask_key: str, **values) -> Update:
         masks = MaskRow.__table__  # a Core statement: no ORM session synchronisation when it runs
         return (update(masks).where(masks.c.study_id == self.study_id, masks.c.mask_key == mask_key)
                 .values(updated=_now(), **values))
-
-    def _set(self, mask_key: str, **values) -> None:
-        with Session(self.engine) as s:
-            s.execute(self._update(mask_key, **values))
-            s.commit()

@@ -24,7 +24,6 @@ from optuna.distributions import BaseDistribution, distribution_to_json
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy import Executable, bindparam, func, insert, select, update
 from sqlalchemy.dialects import mysql, postgresql, sqlite
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from storage import optuna_compat as compat
@@ -139,41 +138,33 @@ def start_trial(storage: optuna.storages.BaseStorage, ledger: MaskLedger, mask_k
     Refused: PRUNED at once, with ``over_target`` (the study holds ``limit`` masks) or ``duplicate_of`` (the
     trial that holds the mask). Returns None, having written nothing, if another driver started ``waiting``."""
     rdb = compat.backend(storage)
-    for attempt in range(3):
-        with Session(rdb.engine) as s:
-            try:
-                claim, number = ledger.claim_in(s, mask_key, owner, limit, None if waiting is None else waiting.number)
-                state, attrs = _claimed(claim, {**user_attrs, "owner": owner} if claim.won else user_attrs)
-                utc, local = stored_now(rdb.engine)
-                times = {"state": state, "datetime_start": utc, "datetime_complete": None if claim.won else utc}
-                if waiting is None:
-                    trial_id = s.execute(_INSERT_TRIAL, {"number": number, "study_id": ledger.study_id, **times}
-                                         ).inserted_primary_key[0]
-                    for stmt, values in ((_INSERT_USER_ATTR, attrs), (_INSERT_SYSTEM_ATTR, system_attrs)):
-                        if values:
-                            s.execute(stmt, [{"trial_id": trial_id, "key": k, "value_json": json.dumps(v)}
-                                             for k, v in values.items()])
-                else:
-                    trial_id = compat.trial_id(waiting)
-                    taken = s.execute(update(_TRIALS).where(_TRIALS.c.trial_id == trial_id,
-                                                            _TRIALS.c.state == TrialState.WAITING).values(**times))
-                    if taken.rowcount != 1:
-                        s.rollback()
-                        return None
-                    _upsert_user_attrs(s, rdb, trial_id, attrs)
-                    if system_attrs:
-                        _upsert_user_attrs(s, rdb, trial_id, system_attrs, models.TrialSystemAttributeModel)
-                _insert_params(s, trial_id, params, distributions)
-                if claim.won:
-                    s.execute(_INSERT_HEARTBEAT, {"trial_id": trial_id})
-                s.commit()
-            except IntegrityError:  # an unlimited claim took the mask meanwhile: the next try sees its row
+    with Session(rdb.engine) as s:
+        claim, number = ledger.claim_in(s, mask_key, owner, limit, None if waiting is None else waiting.number)
+        state, attrs = _claimed(claim, {**user_attrs, "owner": owner} if claim.won else user_attrs)
+        utc, local = stored_now(rdb.engine)
+        times = {"state": state, "datetime_start": utc, "datetime_complete": None if claim.won else utc}
+        if waiting is None:
+            trial_id = s.execute(_INSERT_TRIAL, {"number": number, "study_id": ledger.study_id, **times}
+                                 ).inserted_primary_key[0]
+            for stmt, values in ((_INSERT_USER_ATTR, attrs), (_INSERT_SYSTEM_ATTR, system_attrs)):
+                if values:
+                    s.execute(stmt, [{"trial_id": trial_id, "key": k, "value_json": json.dumps(v)}
+                                     for k, v in values.items()])
+        else:
+            trial_id = compat.trial_id(waiting)
+            taken = s.execute(update(_TRIALS).where(_TRIALS.c.trial_id == trial_id,
+                                                    _TRIALS.c.state == TrialState.WAITING).values(**times))
+            if taken.rowcount != 1:
                 s.rollback()
-                if attempt == 2:
-                    raise
-                continue
-        return _started(trial_id, number, claim, local, params, distributions, attrs, system_attrs, waiting)
-    raise AssertionError("unreachable")
+                return None
+            _upsert_user_attrs(s, rdb, trial_id, attrs)
+            if system_attrs:
+                _upsert_user_attrs(s, rdb, trial_id, system_attrs, models.TrialSystemAttributeModel)
+        _insert_params(s, trial_id, params, distributions)
+        if claim.won:
+            s.execute(_INSERT_HEARTBEAT, {"trial_id": trial_id})
+        s.commit()
+    return _started(trial_id, number, claim, local, params, distributions, attrs, system_attrs, waiting)
 
 
 def _claimed(claim: Claim, user_attrs: dict[str, Any]) -> tuple[TrialState, dict[str, Any]]:
@@ -206,39 +197,31 @@ def start_trials(storage: optuna.storages.BaseStorage, ledger: MaskLedger,
     first heartbeat in one statement each. All or nothing. Stops after the first claim refused as full (the
     study holds ``limit`` masks: the rest would be refused too), so it may return fewer than ``items``."""
     rdb = compat.backend(storage)
-    for attempt in range(3):
-        out: list[tuple[int, int, Claim, datetime, dict[str, Any], dict[str, Any]]] = []
-        with Session(rdb.engine) as s:
-            try:
-                for key, params, user_attrs in items:
-                    claim, number = ledger.claim_in(s, key, owner, limit, locked=bool(out))
-                    state, attrs = _claimed(claim, {**user_attrs, "owner": owner} if claim.won else user_attrs)
-                    utc, local = stored_now(rdb.engine)
-                    times = {"state": state, "datetime_start": utc, "datetime_complete": None if claim.won else utc}
-                    trial_id = s.execute(_INSERT_TRIAL, {"number": number, "study_id": ledger.study_id, **times}
-                                         ).inserted_primary_key[0]
-                    out.append((trial_id, number, claim, local, params, attrs))
-                    if claim.state == "full":
-                        break
-                s.execute(_INSERT_USER_ATTR, [{"trial_id": t, "key": k, "value_json": json.dumps(v)}
-                                              for t, *_, attrs in out for k, v in attrs.items()])
-                as_json = {id(d): distribution_to_json(d) for d in distributions.values()}
-                s.execute(_INSERT_PARAM, [
-                    {"trial_id": t, "param_name": name, "param_value": d.to_internal_repr(params[name]),
-                     "distribution_json": as_json[id(d)]}
-                    for t, _, _, _, params, _ in out for name, d in distributions.items()])
-                won = [{"trial_id": t} for t, _, claim, *_ in out if claim.won]
-                if won:
-                    s.execute(_INSERT_HEARTBEAT, won)
-                s.commit()
-            except IntegrityError:  # an unlimited claim took a mask meanwhile: the next try sees its row
-                s.rollback()
-                if attempt == 2:
-                    raise
-                continue
-        return [_started(t, number, claim, local, params, distributions, attrs, None)
-                for t, number, claim, local, params, attrs in out]
-    raise AssertionError("unreachable")
+    out: list[tuple[int, int, Claim, datetime, dict[str, Any], dict[str, Any]]] = []
+    with Session(rdb.engine) as s:
+        for key, params, user_attrs in items:
+            claim, number = ledger.claim_in(s, key, owner, limit, locked=bool(out))
+            state, attrs = _claimed(claim, {**user_attrs, "owner": owner} if claim.won else user_attrs)
+            utc, local = stored_now(rdb.engine)
+            times = {"state": state, "datetime_start": utc, "datetime_complete": None if claim.won else utc}
+            trial_id = s.execute(_INSERT_TRIAL, {"number": number, "study_id": ledger.study_id, **times}
+                                 ).inserted_primary_key[0]
+            out.append((trial_id, number, claim, local, params, attrs))
+            if claim.state == "full":
+                break
+        s.execute(_INSERT_USER_ATTR, [{"trial_id": t, "key": k, "value_json": json.dumps(v)}
+                                      for t, *_, attrs in out for k, v in attrs.items()])
+        as_json = {id(d): distribution_to_json(d) for d in distributions.values()}
+        s.execute(_INSERT_PARAM, [
+            {"trial_id": t, "param_name": name, "param_value": d.to_internal_repr(params[name]),
+             "distribution_json": as_json[id(d)]}
+            for t, _, _, _, params, _ in out for name, d in distributions.items()])
+        won = [{"trial_id": t} for t, _, claim, *_ in out if claim.won]
+        if won:
+            s.execute(_INSERT_HEARTBEAT, won)
+        s.commit()
+    return [_started(t, number, claim, local, params, distributions, attrs, None)
+            for t, number, claim, local, params, attrs in out]
 
 
 def finish_trial(storage: optuna.storages.BaseStorage, trial_id: int, values: Sequence[float] | None,

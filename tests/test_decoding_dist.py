@@ -42,14 +42,23 @@ def chi_square_p(observed: np.ndarray, expected_probs: np.ndarray) -> float:
 
 # --- the acceptance step alone, against numpy ---------------------------------------------------------
 
-def test_lossless_identity_numpy():
-    """min(p, q) + (1 − Σ min(p, q))·norm((q − p)+) = q: the output law of accept, computed in numpy."""
+def test_accept_step_exact_law_is_the_target():
+    """The exact law of `verify.accept`'s token at one position, composed from the two pieces it draws with
+    (accept x with `verify.acceptance`, else sample the normalised `verify.residual`), is the target q
+    (an identity checked in numpy); a residual that forgets to subtract the draft is not."""
     rng = np.random.default_rng(0)
     for _ in range(20):
         p, q = rng.dirichlet(np.ones(10) * 0.5), rng.dirichlet(np.ones(10) * 0.5)
-        residual = np.maximum(q - p, 0)
-        out = np.minimum(p, q) + (1 - np.minimum(p, q).sum()) * residual / residual.sum()
-        np.testing.assert_allclose(out, q, atol=1e-12)
+        draft = torch.tensor(p, dtype=torch.float64)
+        full = torch.tensor(np.stack([q, q]), dtype=torch.float64)
+        targets = verify.lossless(draft[None], full)
+        tokens = torch.arange(10)
+        a = verify.acceptance(draft.expand(10, 10), tokens, targets.rej.expand(10, 10)).numpy()
+        res = verify.residual(targets.res[0], draft).numpy()
+        law = p * a + (1 - (p * a).sum()) * res / res.sum()
+        np.testing.assert_allclose(law, q, atol=1e-12)
+        wrong = targets.res[0].numpy()  # the classic bug: resample from the target itself
+        assert np.abs(p * a + (1 - (p * a).sum()) * wrong - q).sum() > 1e-3
 
 
 def test_accept_step_output_law():

@@ -1,7 +1,7 @@
 """Relaxed verification rules: π distributions against independent numpy, "off" = lossless, acceptance theory.
 
-Numpy references are written from RELAXED.md's formulas, not from the torch code. Decoder-level checks use real
-(tiny, seeded) Llama models built from configs, greedy and sampled.
+Numpy references are written from the methods' published formulas, not from the torch code. Decoder-level checks
+use real (tiny, seeded) Llama models built from configs, greedy and sampled.
 """
 
 from __future__ import annotations

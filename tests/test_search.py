@@ -277,8 +277,9 @@ class CountingSearch(Search):
             if self._log is not None and threading.get_ident() == main:
                 self._log.append(what)
 
-        event.listen(self.store.storage.engine, "before_cursor_execute", lambda conn, cursor, statement, *a: note(statement))
-        event.listen(self.store.storage.engine, "commit", lambda conn: note("COMMIT"))
+        engine = self.store.storage.engine
+        event.listen(engine, "before_cursor_execute", lambda conn, cursor, statement, *a: note(statement))
+        event.listen(engine, "commit", lambda conn: note("COMMIT"))
 
     def _counted(self, into: list[list[str]], step, *args):
         self._log = []

@@ -6,6 +6,7 @@ import json
 import random
 import re
 
+import numpy as np
 import pytest
 import torch
 
@@ -13,7 +14,7 @@ from dimr import zoo
 from dimr.zoo import corpus, task
 from dimr.zoo import train_mini as tm
 
-# The documented shapes (README, "The mini pair").
+# The documented shapes (docs/mini.md).
 VERIFIER_SHAPE = {"model_type": "llama", "num_hidden_layers": 12, "hidden_size": 128,
                   "intermediate_size": 384, "num_attention_heads": 4, "vocab_size": 4096}
 DRAFT_SHAPE = {"model_type": "llama", "num_hidden_layers": 1, "hidden_size": 128,
@@ -162,21 +163,26 @@ def test_heldout_split_is_deterministic():
     assert corpus.chunk("a\nb\nc\n", 2) == ["a\n", "b\n", "c\n"]
 
 
-def test_skipped_layers_runs_the_slim_verifier_and_restores():
-    from dimr.pairs import get_pair, load_model
+def test_skip_kl_scores_masks_with_the_slim_verifier():
+    """The model card's skip profile is KL(full ‖ slim) of the real slim verifier, checked in numpy."""
+    from dimr.pairs import get_pair, load_model, load_tokenizer
+    from dimr.slim import slim_verifier
 
-    verifier = load_model(get_pair("mini"), "verifier", "cpu")
-    ids = torch.tensor([[1] + list(range(40, 72))])
-    layers = verifier.model.layers
+    pair = get_pair("mini")
+    verifier, tok = load_model(pair, "verifier", "cpu"), load_tokenizer(pair)
+    texts = ["def add(a, b):\n    return a + b\n", "for i in range(10):\n    print(i * i)\n"]
+    out = tm.skip_kl(verifier, tok, texts, seed=0)
+    mask = [j != 4 for j in range(12)]
+    total, n = 0.0, 0
     with torch.no_grad():
-        full = verifier(input_ids=ids).logits
-        mask = [i not in (4, 7, 9) for i in range(12)]
-        with tm.skipped_layers(verifier, mask):
-            assert len(verifier.model.layers) == 9
-            slim = verifier(input_ids=ids).logits
-        again = verifier(input_ids=ids).logits
-    assert verifier.model.layers is layers
-    assert torch.equal(full, again) and not torch.allclose(full, slim)
+        for t in texts:
+            ids = torch.tensor([tok(t)["input_ids"][:tm.SEQ_LEN]])
+            f = torch.log_softmax(verifier(input_ids=ids).logits[0].double(), -1).numpy()
+            s = torch.log_softmax(slim_verifier(verifier, mask)(input_ids=ids).logits[0].double(), -1).numpy()
+            total += float((np.exp(f) * (f - s)).sum())
+            n += f.shape[0]
+    assert out["single_layer_skip_kl"][4] == pytest.approx(total / n, rel=1e-4)
+    assert len(out["single_layer_skip_kl"]) == 12 and min(out["single_layer_skip_kl"]) > 0
 
 
 def test_cli_eval_without_pair_is_a_user_error(capsys, tmp_path):

@@ -28,7 +28,7 @@ class MaskScorer:
         self.num_layers = num_layers(self.verifier)
         if spec.cost not in costs.COSTS:
             raise ValueError(f"unknown cost {spec.cost!r}")
-        draft = load_model(spec.pair, "draft", self.device) if spec.cost == "bridge" else None
+        draft = load_model(spec.pair, "draft", self.device) if spec.cost in costs.NEEDS_DRAFT else None
         self.batches = []
         with torch.inference_mode():
             for ids in spec.input_ids.split(spec.batch_size):

@@ -206,7 +206,7 @@ def table_rows(report: BenchReport) -> list[list[str]]:
 
 
 def format_table(report: BenchReport) -> str:
-    """A markdown table (the README's format) plus one line with the measured relative costs."""
+    """A markdown table (the format of docs/decoding.md) plus one line with the measured relative costs."""
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(row) + " |" for row in table_rows(report)]
     c = report.c_rel

@@ -12,10 +12,10 @@ from torch import Tensor
 
 from dimr.decoding import verify
 from dimr.decoding.proposer import Proposer
-from dimr.decoding.sampling import confidence
 from dimr.decoding.sequence import DecodeConfig, DecodeResult, Output
 from dimr.decoding.stats import DecodeStats
 from dimr.decoding.tiers import Tier
+from dimr.divergence import own_probs
 
 
 @torch.inference_mode()
@@ -78,7 +78,7 @@ def via(proposer: Proposer, slim: Tier, full: Tier, prompt: Tensor, config: Deco
                                                              generator, config.draft_stop)
         gamma = tokens.numel()
         slim_logits = slim.forward(torch.cat([ids[slim.length:], tokens]), keep=gamma + 1)
-        slim_conf, draft_conf = confidence(slim_logits), confidence(draft_logits)
+        slim_conf, draft_conf = own_probs(slim_logits), own_probs(draft_logits)
         direct = slim_conf[torch.arange(gamma, device=tokens.device), tokens] >= th.accept
         close = 1 - 0.5 * (slim_conf[:-1] - draft_conf).abs().sum(-1) >= th.close
         confident = slim_conf.max(-1).values >= th.regen  # [γ + 1]: the last one gates the slim bonus

@@ -11,8 +11,9 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from dimr.decoding.sampling import Sampler, confidence
+from dimr.decoding.sampling import Sampler
 from dimr.decoding.tiers import Tier
+from dimr.divergence import own_probs
 
 
 class Proposer(Protocol):
@@ -52,7 +53,7 @@ class ModelProposer:
             tokens.append(pending)
             probs.append(step_probs)
             logits.append(step_logits)
-            if stop_below > 0 and float(confidence(step_logits)[pending]) < stop_below:
+            if stop_below > 0 and float(own_probs(step_logits)[pending]) < stop_below:
                 break
         self.hidden = torch.stack(hidden) if hidden else None
         return torch.cat(tokens), torch.stack(probs), torch.stack(logits)

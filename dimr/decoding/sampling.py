@@ -52,8 +52,3 @@ def top_p_filter(probs: Tensor, top_p: float) -> Tensor:
 def sample(probs: Tensor, generator: torch.Generator | None) -> Tensor:
     """One token per row of ``probs`` ([V] → [1], [n, V] → [n, 1]); weights need not be normalised."""
     return torch.multinomial(probs, 1, generator=generator)
-
-
-def confidence(logits: Tensor) -> Tensor:
-    """The model's own distribution (softmax at temperature 1), used for VIA's routing decisions."""
-    return torch.softmax(logits.float(), dim=-1)

@@ -16,7 +16,7 @@ from dimr.errors import DimrError
 
 @dataclass(frozen=True)
 class Thresholds:
-    """VIA routing thresholds, on the models' own (temperature-1) distributions; see the README, "Decoding".
+    """VIA routing thresholds, on the models' own (temperature-1) distributions; see docs/decoding.md.
 
     - ``accept``: a drafted token is accepted directly when the slim verifier gives it at least this much;
     - ``close`` and ``regen``: otherwise, when draft and slim are close (1 − TV(draft, slim) ≥ ``close``) and

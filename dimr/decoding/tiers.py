@@ -63,7 +63,7 @@ class Tier:
     calls: int = field(init=False, default=0)
     seconds: float = field(init=False, default=0.0)
     cpu_seconds: float = field(init=False, default=0.0)
-    keep_hidden: bool = False  # also keep the last hidden states of each forward (relaxed rules, issue 7)
+    keep_hidden: bool = False  # also keep the last hidden states of each forward (relaxed rules)
     hidden: Tensor | None = field(init=False, default=None)  # [keep, d] after the final norm, if keep_hidden
     static: bool = field(init=False, default=False)  # whether this decode runs on the static cache
     _static_cache: Cache | None = field(init=False, default=None, repr=False)

@@ -1,9 +1,9 @@
-"""The speculative acceptance step, in the survey's unified form (RELAXED.md).
+"""The speculative acceptance step, in the unified form of relaxed speculative decoding.
 
 Three target distributions take the place of the full verifier's: π_rej in the acceptance test, π_res for
 residual sampling after a rejection, π_bonus for the bonus token after a fully accepted block. Lossless
 speculative sampling (Leviathan et al. 2023; Chen et al. 2023) sets all three to ``full_probs``; relaxed
-methods (issue 7) are other :data:`TargetsFn` functions and leave :func:`accept` untouched.
+methods (`dimr.relaxed`) are other :data:`TargetsFn` functions and leave :func:`accept` untouched.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ class Targets(NamedTuple):
 
 
 class Context(NamedTuple):
-    """What a relaxed rule may look at beyond the two distributions (issue 7), all for the same n positions.
+    """What a relaxed rule may look at beyond the two distributions, all for the same n positions.
 
     ``tokens`` [n] are the drafted tokens; ``draft_logits`` [n, V] and ``full_logits`` [n + 1, V] the raw
     logits (before the sampler); ``sampler`` made ``draft_probs``/``full_probs`` from them; ``h_draft``
@@ -64,17 +64,25 @@ def accept(draft_probs: Tensor, tokens: Tensor, targets: Targets,
     At the first rejection sample from residual = (π_res − draft)+; if every token passes, sample the bonus
     token from π_bonus. Draws exactly n uniforms and one token, whatever the outcome.
     """
-    idx = torch.arange(tokens.numel(), device=tokens.device)
-    accept_probs = (targets.rej[idx, tokens] / draft_probs[idx, tokens]).clamp(max=1.0)
     u = torch.rand(tokens.numel(), generator=generator, device=tokens.device)
-    rejected = (u >= accept_probs).nonzero()
+    rejected = (u >= acceptance(draft_probs, tokens, targets.rej)).nonzero()
     if rejected.numel() == 0:
         return Verdict(tokens.numel(), sample(targets.bonus, generator), True)
     n = int(rejected[0])
-    residual = (targets.res[n] - draft_probs[n]).clamp(min=0.0)
-    if residual.sum() <= 0:  # only possible for relaxed targets with π_res ≤ draft everywhere
-        residual = targets.res[n]
-    return Verdict(n, sample(residual, generator), False)
+    return Verdict(n, sample(residual(targets.res[n], draft_probs[n]), generator), False)
+
+
+def acceptance(draft_probs: Tensor, tokens: Tensor, rej: Tensor) -> Tensor:
+    """min(1, π_rej(x)/draft(x)) at each drafted token x [n]."""
+    idx = torch.arange(tokens.numel(), device=tokens.device)
+    return (rej[idx, tokens] / draft_probs[idx, tokens]).clamp(max=1.0)
+
+
+def residual(res: Tensor, draft: Tensor) -> Tensor:
+    """(π_res − draft)+ [V], unnormalised (`sample` normalises); π_res itself where that is zero everywhere
+    (only possible for relaxed targets with π_res ≤ draft)."""
+    out = (res - draft).clamp(min=0.0)
+    return out if out.sum() > 0 else res
 
 
 AcceptFn = Callable[[Tensor, Tensor, Targets, "torch.Generator | None"], Verdict]

@@ -1,4 +1,4 @@
-"""Relaxed verification: every method of the seeds as one choice of (π_rej, π_res, π_bonus) (issue 7).
+"""Relaxed verification: every method of the seeds as one choice of (π_rej, π_res, π_bonus).
 
 Each method is a small frozen dataclass in its own module, callable as a
 :data:`~dimr.decoding.verify.TargetsFn`, so it plugs into every decoding mode unchanged
@@ -12,7 +12,7 @@ parameter each one returns the full verifier for all three targets, i.e. lossles
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -118,8 +118,6 @@ def rule_from_cli(verify: str, params: Sequence[str], head_path: Path | None, dr
         raise DimrError("--head is only used by --verify diversed")
     return make_rule(verify, parse_params(params), head)
 
-
-RuleFactory = Callable[..., TargetsFn]
 
 __all__ = ["METHODS", "Cactus", "Cascade", "Contrastive", "Diversed", "EnsembleHead", "Fly", "Fuzzy", "Mentored",
            "Method", "Recorder", "StaticEnsemble", "expected_accepted_length", "make_rule", "parse_params",

@@ -1,10 +1,10 @@
-"""Shared pieces of the relaxed rules: divergences, the models' own distributions, the acceptance probability.
+"""Shared pieces of the relaxed rules: the acceptance probability, the ensemble, the context check.
 
-Notation as in ``RELAXED.md``: ``draft_probs`` is p_d, ``full_probs`` is p_t (both made by the decoder's sampler,
-so temperature and top-p are already applied), x is the drafted token. A rule returns
-:class:`~dimr.decoding.verify.Targets`: ``rej`` is read only at the drafted tokens (accept x with probability
-min(1, rej(x)/p_d(x))), so it may be an unnormalised measure; ``res`` enters as the residual (res − p_d)+, which
-is normalised when sampled; ``bonus`` is sampled as is.
+Divergences and the models' own distributions are in `dimr.divergence`. ``draft_probs`` is p_d, ``full_probs``
+is p_t (both made by the decoder's sampler, so temperature and top-p are already applied), x is the drafted
+token. A rule returns :class:`~dimr.decoding.verify.Targets`: ``rej`` is read only at the drafted tokens (accept
+x with probability min(1, rej(x)/p_d(x))), so it may be an unnormalised measure; ``res`` enters as the residual
+(res − p_d)+, which is normalised when sampled; ``bonus`` is sampled as is.
 """
 
 from __future__ import annotations
@@ -15,30 +15,6 @@ import torch
 from torch import Tensor
 
 from dimr.decoding.verify import Context, Targets
-
-
-def tv(p: Tensor, q: Tensor) -> Tensor:
-    """Total variation ½ Σ |p − q| over the last axis."""
-    return 0.5 * (p - q).abs().sum(-1)
-
-
-def kl(p: Tensor, q: Tensor) -> Tensor:
-    """KL(p ‖ q) in nats over the last axis (0 · log 0 = 0; q is floored at 1e-30)."""
-    return torch.where(p > 0, p * (p.clamp_min(1e-30).log() - q.clamp_min(1e-30).log()), 0.0).sum(-1)
-
-
-def js(p: Tensor, q: Tensor) -> Tensor:
-    """Jensen–Shannon divergence in nats (at most ln 2)."""
-    m = 0.5 * (p + q)
-    return 0.5 * kl(p, m) + 0.5 * kl(q, m)
-
-
-DIVERGENCES = {"js": js, "kl": kl, "tv": tv}
-
-
-def own_probs(logits: Tensor) -> Tensor:
-    """A model's own distribution (softmax at temperature 1): what deferral and divergence tests look at."""
-    return torch.softmax(logits.float(), dim=-1)
 
 
 def acceptance_probs(draft_probs: Tensor, targets: Targets) -> Tensor:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from dimr.decoding.verify import Context, Targets
+from dimr.decoding.verify import Context, Targets, lossless
 from dimr.relaxed.base import require_context
 
 
@@ -28,7 +28,7 @@ class Cactus:
 
     def __call__(self, draft_probs: Tensor, full_probs: Tensor, context: Context | None = None) -> Targets:
         if self.delta <= 0:
-            return Targets(full_probs[:-1], full_probs[:-1], full_probs[-1])
+            return lossless(draft_probs, full_probs)
         tokens = require_context(context, "cactus").tokens
         target = full_probs[:-1]
         h = raised_mass(target, self.delta)  # π_rej, read at the drafted token only

@@ -21,7 +21,8 @@ import torch
 from torch import Tensor
 
 from dimr.decoding.verify import Context, Targets
-from dimr.relaxed.base import own_probs, require_context, tv
+from dimr.divergence import own_probs, tv
+from dimr.relaxed.base import require_context
 
 RULES = ("chow", "diff", "opt", "token")
 

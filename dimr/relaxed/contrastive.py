@@ -3,7 +3,7 @@
 The draft doubles as the contrastive "amateur": p_c ∝ exp((1 + β)·log p_t − β·log p_d) on the plausible set
 {x : p_t(x) ≥ α·max p_t} and 0 elsewhere, with log-probabilities from the models' own distributions and the
 decoder's sampler (temperature, top-p) applied to the contrastive logits. π_rej = π_res = p_c. π_bonus = p_t:
-the draft has not run at the bonus position, so there is no amateur to contrast there (RELAXED.md's π_bonus = p_c
+the draft has not run at the bonus position, so there is no amateur to contrast there (π_bonus = p_c
 would need one more draft step). β = α = 0 is lossless. It aims at better answers at some cost in speed.
 """
 
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from dimr.decoding.verify import Context, Targets
+from dimr.decoding.verify import Context, Targets, lossless
 from dimr.relaxed.base import require_context
 
 
@@ -32,7 +32,7 @@ class Contrastive:
 
     def __call__(self, draft_probs: Tensor, full_probs: Tensor, context: Context | None = None) -> Targets:
         if self.beta == 0 and self.alpha <= 0:
-            return Targets(full_probs[:-1], full_probs[:-1], full_probs[-1])
+            return lossless(draft_probs, full_probs)
         ctx = require_context(context, "contrastive")
         n = draft_probs.shape[0]
         pc = ctx.sampler.probs(contrastive_logits(ctx.full_logits[:n], ctx.draft_logits, self.beta, self.alpha))

@@ -27,9 +27,10 @@ from torch import Tensor, nn
 from transformers import PreTrainedModel
 
 from dimr.decoding.sampling import Sampler
-from dimr.decoding.verify import Context, Targets
+from dimr.decoding.verify import Context, Targets, lossless
+from dimr.divergence import tv
 from dimr.errors import DimrError
-from dimr.relaxed.base import mix, require_context, tv
+from dimr.relaxed.base import mix, require_context
 
 HEAD_SCHEMA = 1
 
@@ -72,7 +73,7 @@ class Diversed:
 
     def __call__(self, draft_probs: Tensor, full_probs: Tensor, context: Context | None = None) -> Targets:
         if math.isinf(self.shift) and self.shift > 0:
-            return Targets(full_probs[:-1], full_probs[:-1], full_probs[-1])
+            return lossless(draft_probs, full_probs)
         w = self.weights(require_context(context, "diversed")).to(full_probs.dtype)
         ensemble = mix(w, full_probs[:-1], draft_probs)
         return Targets(ensemble, ensemble, full_probs[-1])

@@ -17,7 +17,8 @@ import torch
 from torch import Tensor
 
 from dimr.decoding.verify import Context, Targets
-from dimr.relaxed.base import own_probs, require_context
+from dimr.divergence import own_probs
+from dimr.relaxed.base import require_context
 
 
 def top3_entropy(probs: Tensor) -> Tensor:

@@ -16,7 +16,8 @@ import torch
 from torch import Tensor
 
 from dimr.decoding.verify import Context, Targets
-from dimr.relaxed.base import DIVERGENCES, own_probs, require_context
+from dimr.divergence import DIVERGENCES, own_probs
+from dimr.relaxed.base import require_context
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Mentored decoding: the mentor π closest to p_d within a KL budget D of the target (RELAXED.md).
+"""Mentored decoding: the mentor π closest to p_d within a KL budget D of the target.
 
 With r = p_t/p_d: π = p_t/α where r ≤ α, p_d where α < r < β, p_t/β where r ≥ β (0 < α ≤ 1 ≤ β, β set so that
 π sums to 1); α is found by bisection so that KL(p_t ‖ π) ≈ D. Speculative sampling against π: π_rej = π (accept
@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from dimr.decoding.verify import Context, Targets
-from dimr.relaxed.base import kl
+from dimr.decoding.verify import Context, Targets, lossless
+from dimr.divergence import kl
 
 
 def mentor(full_probs: Tensor, draft_probs: Tensor, alpha: Tensor) -> Tensor:
@@ -59,6 +59,6 @@ class Mentored:
 
     def __call__(self, draft_probs: Tensor, full_probs: Tensor, context: Context | None = None) -> Targets:
         if self.budget <= 0:
-            return Targets(full_probs[:-1], full_probs[:-1], full_probs[-1])
+            return lossless(draft_probs, full_probs)
         pi = mentor_for_budget(full_probs[:-1], draft_probs, self.budget)
         return Targets(pi, pi, full_probs[-1])

@@ -25,11 +25,6 @@ def expected_accepted_length(betas: Tensor) -> float:
     return float(torch.cumprod(betas.double(), 0).sum()) if betas.numel() else 0.0
 
 
-def iid_accepted_length(beta: float, gamma: int) -> float:
-    """The i.i.d. formula β(1 − β^γ)/(1 − β), for comparison."""
-    return gamma if beta >= 1 else beta * (1 - beta**gamma) / (1 - beta)
-
-
 def survey_speedup(len_ar: float, len_relax: float, accepted_length: float, n_draft: int, c_rel: float) -> float:
     """S ≈ (L̄_AR / L̄_relax) · (l̄_accept + 1) / (1 + N_draft · c_rel)."""
     if len_relax <= 0:

@@ -1,4 +1,4 @@
-"""Static ensemble: π_rej = π_res = w·p_t + (1 − w)·p_d, π_bonus = p_t (DIVERSED's baseline; RELAXED.md).
+"""Static ensemble: π_rej = π_res = w·p_t + (1 − w)·p_d, π_bonus = p_t (DIVERSED's baseline).
 
 Acceptance is 1 − w·TV(p_d, p_t) and the bias TV(π, p_t) = (1 − w)·TV(p_d, p_t): the straight-line trade-off
 that DIVERSED proves Pareto-optimal among static ensembles. ``w = 1`` is lossless. Greedy (temperature 0): p_d

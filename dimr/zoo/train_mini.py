@@ -45,6 +45,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from dimr.divergence import kl_log
+from dimr.slim import num_layers, slim_verifier
 from dimr.zoo import corpus, task
 
 # ---------------------------------------------------------------------------------------------------
@@ -346,8 +348,7 @@ def stage_minutes(name: str, cfg: RunConfig) -> float:
 def distill_loss(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
     """Mean per-token KL(teacher || student) over the full vocabulary."""
     v = student.size(-1)
-    return F.kl_div(F.log_softmax(student.reshape(-1, v), -1), F.log_softmax(teacher.reshape(-1, v), -1),
-                    log_target=True, reduction="batchmean")
+    return kl_log(F.log_softmax(teacher.reshape(-1, v), -1), F.log_softmax(student.reshape(-1, v), -1)).mean()
 
 
 def train_stage(name: str, cfg: RunConfig) -> dict:
@@ -499,37 +500,18 @@ def task_accuracy(model, tok, problems: list[dict], batch: int = 64) -> dict:
     return {"problems": len(problems), "exact_match": correct / max(1, len(problems)), "examples": examples}
 
 
-class skipped_layers:
-    """Context manager: run ``model`` with only the layers where ``mask`` is true (the slim verifier)."""
-
-    def __init__(self, model, mask: list[bool]):
-        self.model, self.mask = model, mask
-
-    def __enter__(self):
-        self.full = self.model.model.layers
-        self.model.model.layers = torch.nn.ModuleList([m for m, keep in zip(self.full, self.mask, strict=True)
-                                                       if keep])
-        return self.model
-
-    def __exit__(self, *exc):
-        self.model.model.layers = self.full
-
-
 @torch.no_grad()
 def skip_kl(verifier, tok, texts: list[str], seed: int) -> dict:
     """KL(full || slim) per token: every single-layer skip, and 25%-skip masks (random, greedy, last)."""
     batches = [torch.tensor([tok(t)["input_ids"][:SEQ_LEN]]) for t in texts]
     full = [F.log_softmax(verifier(input_ids=b).logits[0].float(), -1) for b in batches]
-    n_layers = len(verifier.model.layers)
+    n_layers = num_layers(verifier)
 
     def kl(mask: list[bool]) -> float:
-        total, n = 0.0, 0
-        with skipped_layers(verifier, mask):
-            for b, ref in zip(batches, full, strict=True):
-                slim = F.log_softmax(verifier(input_ids=b).logits[0].float(), -1)
-                total += (ref.exp() * (ref - slim)).sum().item()
-                n += ref.size(0)
-        return total / n
+        slim = slim_verifier(verifier, mask)
+        total = sum(kl_log(ref, F.log_softmax(slim(input_ids=b).logits[0].float(), -1)).sum().item()
+                    for b, ref in zip(batches, full, strict=True))
+        return total / sum(ref.size(0) for ref in full)
 
     single = [kl([j != i for j in range(n_layers)]) for i in range(n_layers)]
     k = n_layers // 4
