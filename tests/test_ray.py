@@ -22,7 +22,8 @@ import sqlalchemy
 from optuna.trial import TrialState
 
 from dimr.calibration import load_calibration
-from dimr.pairs import get_pair, load_tokenizer, verifier_fingerprint
+from dimr.masks import Budget
+from dimr.pairs import get_pair, load_tokenizer
 from dimr.search import Search, SearchOptions, StudySettings
 from storage import open_storage
 from workers import EvalSpec
@@ -48,9 +49,7 @@ def cluster():
 def setup():
     pair = get_pair("tiny-random")
     calib = load_calibration(pair.calibration, load_tokenizer(pair), num_sequences=SEQS, seq_len=LEN)
-    settings = StudySettings(pair=pair.name, verifier=pair.verifier, fingerprint=verifier_fingerprint(pair),
-                             num_layers=8, skip=SKIP, cost="kl", calibration=calib.spec,
-                             calibration_hash=calib.hash, num_sequences=SEQS, seq_len=LEN)
+    settings = StudySettings.for_pair(pair, Budget(8, SKIP), calib)
     return settings, EvalSpec(pair=pair, input_ids=calib.input_ids, cost="kl")
 
 

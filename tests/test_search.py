@@ -20,7 +20,7 @@ from sqlalchemy import event
 from dimr.calibration import load_calibration
 from dimr.errors import DimrError
 from dimr.masks import Budget, parse_budget
-from dimr.pairs import load_tokenizer, verifier_fingerprint
+from dimr.pairs import load_tokenizer
 from dimr.search import Search, SearchOptions, StudySettings, heuristics
 from storage import open_storage
 from workers import EvalSpec
@@ -47,9 +47,7 @@ def setup(tmp_path_factory):
 
     pair = get_pair("tiny-random")
     calib = load_calibration(pair.calibration, load_tokenizer(pair), num_sequences=4, seq_len=32)
-    settings = StudySettings(pair=pair.name, verifier=pair.verifier, fingerprint=verifier_fingerprint(pair),
-                             num_layers=8, skip=SKIP, cost="kl", calibration=calib.spec,
-                             calibration_hash=calib.hash, num_sequences=4, seq_len=32)
+    settings = StudySettings.for_pair(pair, Budget(8, SKIP), calib)
     spec = EvalSpec(pair=pair, input_ids=calib.input_ids, cost="kl")
     return settings, spec
 
@@ -330,3 +328,20 @@ def test_the_driver_view_is_what_optuna_reads_without_reading_back(storage_url, 
     assert search.study.get_trials() == fresh
     assert read == []
     assert any(t.system_attrs for t in fresh if t.user_attrs["phase"] == "bayes")  # TPE's relative params, too
+
+
+def test_run_search_is_the_python_api_and_resumes(tmp_path):
+    """`run_search` from Python: a study, then a resume that pays only for the new trials; a request the mask
+    space cannot hold is refused before any database exists."""
+    from dimr.search import run_search
+
+    url = f"sqlite:///{tmp_path}/api.db"
+    kw = dict(storage=url, num_sequences=2, seq_len=16, sampler="random")
+    first = run_search("tiny-random", 2, trials=6, **kw)
+    assert (first.study, first.complete, first.evaluated) == ("tiny-random-skip2-kl", 6, 6)
+    again = run_search("tiny-random", 2, trials=8, **kw)
+    assert (again.complete, again.evaluated) == (8, 2)
+    assert again.best_cost <= first.best_cost
+    with pytest.raises(DimrError, match="only 8 masks"):
+        run_search("tiny-random", 1, trials=9, **{**kw, "storage": f"sqlite:///{tmp_path}/never.db"})
+    assert not (tmp_path / "never.db").exists()
