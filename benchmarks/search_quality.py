@@ -13,10 +13,20 @@
 3. **Report.** Best cost after 10/20/50/100/200 evaluations (median over seeds), evaluations to come within 1%
    and 5% of the optimum (median and worst), wall-clock; a JSON file and a convergence plot.
 
-Budgets too large to enumerate are compared with the best mask any strategy found with 10× the evaluations
-(those masks are scored for real, lazily, and cached too), or in any of the runs of the table. The GP-based
-strategies (``gp``, ``self-sd``) are left out of the 10× runs: an ask of Optuna's GPSampler grows past several
+Budgets too large to enumerate are compared with a *reference*: the best mask any strategy found with
+``--reference-multiplier`` (10) times the evaluations, or in any of the runs, then improved by a local search
+(every swap of one skipped and one kept layer around the best mask, repeated until no swap improves it). All of
+it is scored for real, lazily, and cached in the one table every strategy reads, so each mask costs one
+evaluation. ``--reference-multiplier 0`` skips the long runs (the runs + the local search only). The GP-based
+strategies (``gp``, ``self-sd``) are left out of the long runs: an ask of Optuna's GPSampler grows past several
 seconds at that many trials on one CPU thread.
+
+``--rank-check N`` scores N random budget masks on the benchmark's calibration and on a larger one
+(``--rank-num-sequences`` × ``--rank-seq-len``) and reports Spearman's ρ between the two rankings: whether the
+small calibration that makes the reference affordable ranks masks as a larger one would.
+
+Outputs (the table cache, the JSON and the plot) go to ``$DIMR_HOME/bench/search_quality/`` unless
+``--cache``/``--out``/``--plot`` say otherwise.
 
 Strategies (an *evaluation* is one distinct mask scored; a strategy that proposes a mask again gets the
 remembered cost for free):
@@ -45,6 +55,7 @@ import json
 import math
 import os
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -53,12 +64,23 @@ from itertools import combinations
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 import optuna  # noqa: E402
 import torch  # noqa: E402
 
-from dimr.masks import Budget, Mask, mask_from_key, mask_key, mask_to_params, params_to_mask, project, random_mask  # noqa: E402  # noqa: E402  # noqa: E402
+from dimr.masks import (  # noqa: E402
+    Budget,
+    Mask,
+    mask_from_key,
+    mask_key,
+    mask_to_params,
+    params_to_mask,
+    project,
+    random_mask,
+)
+from dimr.paths import dimr_home  # noqa: E402
 from dimr.search import heuristics  # noqa: E402
 from dimr.search.proposers import make_proposer  # noqa: E402
 from dimr.search.sampler import BudgetSampler  # noqa: E402
@@ -69,7 +91,6 @@ SLOW = {"gp", "self-sd"}  # an ask of Optuna's GPSampler takes about a second at
 DETERMINISTIC = {"skip-last", "shortgpt", "single-rank", "greedy"}
 SWIFT_BO_EVERY = 25
 RUN_FIELDS = ("curve", "overhead_s", "limit")  # what the result file keeps of each run
-ROOT = Path(__file__).resolve().parent.parent
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
@@ -310,6 +331,20 @@ def run_swift(oracle: Oracle, seed: int) -> None:
             study.add_trial(optuna.trial.create_trial(params=params, distributions=dists, value=oracle(mask)))
 
 
+def local_search(table: CostTable, budget: Budget, start: Mask, max_rounds: int = 100) -> tuple[float, Mask, int]:
+    """Swap descent from ``start``: score every mask one swap away (one skipped layer kept, one kept layer
+    skipped), move to the cheapest if it improves, until none does. Returns (cost, mask, rounds)."""
+    from dimr.search.proposers.swap import swaps
+
+    best, cost = start, table.cost(start)
+    for rounds in range(1, max_rounds + 1):
+        c, m = min((table.cost(n), n) for n in swaps(best))
+        if c >= cost:
+            return cost, best, rounds
+        cost, best = c, m
+    return cost, best, max_rounds
+
+
 def _with_skipped(n: int, skipped: set[int]) -> Mask:
     return tuple(i not in skipped for i in range(n))
 
@@ -399,8 +434,10 @@ def summarise(runs: dict[str, list[dict]], optimum: float, eval_s: float, limit:
     return out
 
 
-def goal_check(summary: dict, total: int) -> dict:
-    """dimr within 1% in ≤ 10% of C(L, k) evaluations (median), and at least as good at every checkpoint."""
+def goal_check(summary: dict, total: int, optimum: float | None = None, seed_best: float | None = None) -> dict:
+    """dimr within 1% in ≤ 10% of C(L, k) evaluations and in ≤ 100 (median), at least as good as every other
+    strategy at every checkpoint, and (given the reference ``optimum`` and the best seed's cost ``seed_best``)
+    closing at least half the gap between the seed and the reference by 50 evaluations."""
     d = summary["dimr"]
     fast = d["to1_median"] is not None and d["to1_median"] <= 0.1 * total
     behind = []
@@ -409,7 +446,15 @@ def goal_check(summary: dict, total: int) -> dict:
             other = row["best_after"].get(n)
             if name != "dimr" and other is not None and (mine is None or mine > other):
                 behind.append(f"{name}@{n}")
-    return {"within_1pct_in_10pct": fast, "never_behind": not behind, "behind": behind}
+    out = {"within_1pct_in_10pct": fast, "within_1pct_in_100": d["to1_median"] is not None and d["to1_median"] <= 100,
+           "never_behind": not behind, "behind": behind}
+    if optimum is not None and seed_best is not None:
+        at50 = d["best_after"].get(50)
+        gap = seed_best - optimum
+        out["seed_within_1pct"] = seed_best <= optimum * 1.01
+        out["gap_closed_at_50"] = None if at50 is None or gap <= 0 else (seed_best - at50) / gap
+        out["closes_half_the_gap"] = out["seed_within_1pct"] or (out["gap_closed_at_50"] or 0) >= 0.5
+    return out
 
 
 def _fmt(x, spec=".4f") -> str:
@@ -420,7 +465,10 @@ def markdown(result: dict) -> str:
     lines = []
     for b in result["budgets"]:
         opt, total = b["optimum"], b["masks"]
-        ref = "exhaustive optimum" if b["exhaustive"] else "best found with 10× the evaluations"
+        r = b.get("reference") or {}
+        ref = "exhaustive optimum" if b["exhaustive"] else (
+            f"reference (best of {r.get('multiplier', 10)}× runs + {r.get('local_search_rounds', 0)} rounds of "
+            "swap descent)")
         lines.append(f"\n#### skip {b['skip']} of {result['num_layers']} layers: C = {total} masks, {ref} "
                      f"{opt:.4g} (mask `{b['optimum_mask']}`), 10% of C = {0.1 * total:.0f} evaluations\n")
         cps = [n for n in CHECKPOINTS if n <= result["limit"]]
@@ -483,7 +531,7 @@ def plot(result: dict, path: Path) -> None:
 
 def run_budget(table: CostTable, budget: Budget, strategies: list[str], seeds: list[int], limit: int,
                enumerate_limit: int, log: Callable[[str], None] = print, previous: dict | None = None,
-               gp_limit: int | None = None) -> dict:
+               gp_limit: int | None = None, multiplier: int = 10, local: bool = True) -> dict:
     """Every strategy on one budget; ``previous`` (this budget's earlier result) supplies the runs of the
     strategies not in ``strategies``."""
     gp_limit = gp_limit or limit
@@ -500,17 +548,29 @@ def run_budget(table: CostTable, budget: Budget, strategies: list[str], seeds: l
         finals = [r["curve"][-1] for r in rs if r["curve"] and r["curve"][-1] is not None]
         overhead = statistics.fmean(r["overhead_s"] for r in rs)
         log(f"  {name}: best {min(finals, default=None)} overhead {overhead:.1f} s/run")
-    if not exhaustive:  # the reference: the best mask any strategy found with 10x the evaluations
-        ref = [run_strategy(name, table, budget, seeds[0], 10 * limit) for name in strategies if name not in SLOW]
+    reference = None
+    if not exhaustive:  # the reference: the best mask found with `multiplier` x the evaluations, then swap descent
+        ref = [run_strategy(name, table, budget, seeds[0], multiplier * limit)
+               for name in (strategies if multiplier else []) if name not in SLOW]
         ref += [r for rs in runs.values() for r in rs]
         found = [(table.costs[m], m) for r in ref for m in r.get("masks", ()) if budget.admits(mask_from_key(m))]
         if previous:  # a --merge run: the earlier runs' reference counts too
             found.append((previous["optimum"], previous["optimum_mask"]))
         optimum, opt_mask = min(found)
+        reference = {"long_runs_best": optimum, "multiplier": multiplier, "local_search_rounds": 0}
+        if local:
+            optimum, best, rounds = local_search(table, budget, mask_from_key(opt_mask))
+            opt_mask = mask_key(best)
+            reference["local_search_rounds"] = rounds
+        log(f"  reference: {optimum:.4g} ({reference})")
+    seed_costs = [table.costs[k] for k in (mask_key(m) for _, m in heuristics.seed_masks(budget, table.block_influence))
+                  if k in table.costs]
     runs = {n: runs[n] for n in STRATEGIES if n in runs} | runs
     summary = summarise(runs, optimum, table.mean_eval_s, limit)
+    seed_best = min(seed_costs, default=None)
     return {"skip": budget.skip, "masks": total, "exhaustive": exhaustive, "optimum": optimum,
-            "optimum_mask": opt_mask, "summary": summary, "goal": goal_check(summary, total),
+            "optimum_mask": opt_mask, "reference": reference, "seed_best": seed_best, "summary": summary,
+            "goal": goal_check(summary, total, optimum, seed_best),
             "curves": {n: [r["curve"] for r in rs] for n, rs in runs.items()},
             "runs": {n: [{k: r.get(k) for k in RUN_FIELDS} for r in rs] for n, rs in runs.items()}}
 
@@ -528,9 +588,16 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--seq-len", type=int, default=128)
     ap.add_argument("--cost", default="kl")
     ap.add_argument("--enumerate-limit", type=int, default=5000)
-    ap.add_argument("--cache", type=Path, default=ROOT / "benchmarks" / "results" / "search_quality_table.json")
-    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "search_quality.json")
-    ap.add_argument("--plot", type=Path, default=ROOT / "docs" / "search_quality.png")
+    out_dir = dimr_home() / "bench" / "search_quality"
+    ap.add_argument("--cache", type=Path, default=out_dir / "table.json")
+    ap.add_argument("--out", type=Path, default=out_dir / "search_quality.json")
+    ap.add_argument("--plot", type=Path, default=out_dir / "search_quality.png")
+    ap.add_argument("--reference-multiplier", type=int, default=10,
+                    help="long runs for the reference of budgets too large to enumerate (0: none)")
+    ap.add_argument("--no-local-search", action="store_true", help="no swap descent from the reference")
+    ap.add_argument("--rank-check", type=int, default=0, help="masks scored on a larger calibration too (Spearman)")
+    ap.add_argument("--rank-num-sequences", type=int, default=32)
+    ap.add_argument("--rank-seq-len", type=int, default=128)
     ap.add_argument("--pairs-file", type=Path, default=None, help="TOML file with extra pairs")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--combine", type=Path, nargs="+", default=None,
@@ -559,11 +626,30 @@ def main(argv: list[str] | None = None) -> dict:
         previous = next((b for b in before.get("budgets", []) if b["skip"] == skip), None)
         try:
             result["budgets"].append(run_budget(table, budget, strategies, seeds, args.evaluations,
-                                                args.enumerate_limit, previous=previous, gp_limit=args.gp_evaluations))
+                                                args.enumerate_limit, previous=previous, gp_limit=args.gp_evaluations,
+                                                multiplier=args.reference_multiplier,
+                                                local=not args.no_local_search))
         finally:  # what was scored is kept, even if the run stops
             save_table(args.cache, table)
     result["mean_eval_s"] = table.mean_eval_s
+    if args.rank_check:
+        large = open_table(args.pair, args.rank_num_sequences, args.rank_seq_len, args.cost, args.cache,
+                           pairs_file=args.pairs_file)
+        result["rank_check"] = [rank_check(table, large, Budget(table.num_layers, int(k)), args.rank_check)
+                                for k in args.skips.split(",")]
+        save_table(args.cache, large)
+        print("rank check:", result["rank_check"])
     return write_result(result, args.out, args.plot)
+
+
+def rank_check(small: CostTable, large: CostTable, budget: Budget, n: int, seed: int = 0) -> dict:
+    """Spearman's ρ between two calibrations' costs of ``n`` random ``budget`` masks."""
+    from scipy.stats import spearmanr
+
+    rng = np.random.default_rng(seed)
+    masks = list(dict.fromkeys(random_mask(budget, rng) for _ in range(4 * n)))[:n]
+    a, b = [small.cost(m) for m in masks], [large.cost(m) for m in masks]
+    return {"skip": budget.skip, "masks": len(masks), "spearman_rho": float(spearmanr(a, b).statistic)}
 
 
 def write_result(result: dict, out: Path, plot_path: Path) -> dict:

@@ -197,3 +197,44 @@ def test_deepened_verifier_computes_the_same_function(tiny_pair):
         attn_only = deep.model.layers[0].mlp.down_proj.weight
         mlp_only = deep.model.layers[1].self_attn.o_proj.weight
     assert not attn_only.any() and not mlp_only.any()
+
+
+def test_local_search_descends_to_the_optimum_of_a_separable_cost():
+    """Swap descent on a table whose cost is a sum of per-layer costs ends at the exact optimum (the k cheapest
+    layers skipped), from any start; it stops once no swap improves."""
+    weights = [5.0, 0.1, 3.0, 0.2, 4.0, 0.3, 2.0, 1.0]
+    budget = Budget(8, 3)
+    t = sq.CostTable("sep", 8, {})
+    t.score = lambda m: (sum(w for w, keep in zip(weights, m, strict=True) if not keep), 0.0)
+    cost, mask, rounds = sq.local_search(t, budget, (False, False, False, True, True, True, True, True))
+    assert mask == tuple(i not in (1, 3, 5) for i in range(8)) and cost == pytest.approx(0.6)
+    assert 2 <= rounds <= 4  # each round fixes one layer, then one round finds no improvement
+
+
+def test_reference_without_long_runs_and_the_gap_goal(tmp_path):
+    """--reference-multiplier 0: the reference is the runs' best improved by swap descent, never worse than any
+    run; the goal reports the share of the seed-to-reference gap dimr closed."""
+    t = sq.open_table("tiny-random", SEQS, SEQ_LEN, "kl", tmp_path / "table.json")
+    budget = Budget(8, 3)
+    b = sq.run_budget(t, budget, ["dimr", "random"], seeds=[0], limit=6, enumerate_limit=10, log=lambda _: None,
+                      multiplier=0)
+    assert b["reference"]["multiplier"] == 0 and b["reference"]["local_search_rounds"] >= 1
+    assert b["optimum"] <= min(c for c in b["curves"]["dimr"][0] + b["curves"]["random"][0] if c is not None)
+    assert b["optimum"] >= t.enumerate(budget)[0]
+    assert b["seed_best"] is not None and "closes_half_the_gap" in b["goal"]
+    goal = sq.goal_check({"dimr": {"to1_median": 40, "best_after": {50: 1.5}}}, 1000, optimum=1.0, seed_best=2.0)
+    assert goal["gap_closed_at_50"] == pytest.approx(0.5) and goal["closes_half_the_gap"]
+    assert goal["within_1pct_in_100"] and not goal["seed_within_1pct"]
+
+
+def test_outputs_default_outside_the_repository(monkeypatch, tmp_path):
+    monkeypatch.setenv("DIMR_HOME", str(tmp_path))
+    seen = {}
+    monkeypatch.setattr(sq, "open_table", lambda *a, **k: (_ for _ in ()).throw(SystemExit(0)))
+    monkeypatch.setattr(sq.argparse.ArgumentParser, "parse_args",
+                        lambda self, argv=None: seen.setdefault("args", self.parse_known_args([])[0]))
+    with pytest.raises(SystemExit):
+        sq.main([])
+    args = seen["args"]
+    for path in (args.cache, args.out, args.plot):
+        assert tmp_path in path.parents and Path(sq.__file__).resolve().parents[1] not in path.parents
