@@ -33,11 +33,21 @@ def spaced_least_influential(budget: Budget, influence: list[float]) -> Mask:
     return tuple(i not in skipped for i in range(budget.num_layers))
 
 
+def least_influential_window(budget: Budget, influence: list[float]) -> Mask:
+    """The k consecutive layers with the lowest summed block influence, skipped together. On pretrained
+    verifiers the cheapest masks often skip one contiguous run of middle layers (the "deeper layers are
+    redundant" observation of Gromov et al., 2024), which per-layer rankings miss."""
+    k, n = budget.skip, budget.num_layers
+    start = min(range(n - k + 1), key=lambda i: (sum(influence[i:i + k]), i))
+    return tuple(not start <= i < start + k for i in range(n))
+
+
 def seed_masks(budget: Budget, influence: list[float]) -> list[tuple[str, Mask]]:
     """The heuristic seeds, named, without duplicates."""
     out: list[tuple[str, Mask]] = []
     for name, mask in (("skip-last", skip_last(budget)), ("block-influence", least_influential(budget, influence)),
-                       ("spaced-influence", spaced_least_influential(budget, influence))):
+                       ("spaced-influence", spaced_least_influential(budget, influence)),
+                       ("influence-window", least_influential_window(budget, influence))):
         if all(mask != m for _, m in out):
             out.append((name, mask))
     return out
