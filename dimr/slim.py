@@ -37,15 +37,22 @@ SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2"
 
 # --- models --------------------------------------------------------------------------------------------
 
-def _inner(model: nn.Module) -> nn.Module:
-    model_type = getattr(getattr(model, "config", None), "model_type", None)
-    inner = getattr(model, "model", None)
-    layers = getattr(inner, "layers", None)
-    if model_type not in SUPPORTED_MODEL_TYPES or not isinstance(layers, nn.ModuleList):
+def check_family(config, what: str = "") -> None:
+    """DimrError unless routing supports the model type of ``config`` (a model's config; no weights needed)."""
+    model_type = getattr(config, "model_type", None)
+    if model_type not in SUPPORTED_MODEL_TYPES:
         raise DimrError(
-            f"layer routing does not support model type {model_type!r} ({type(model).__name__}); "
+            f"layer routing does not support model type {model_type!r}{what}; "
             f"use a verifier of a supported family: {', '.join(SUPPORTED_MODEL_TYPES)}"
         )
+
+
+def _inner(model: nn.Module) -> nn.Module:
+    config = getattr(model, "config", None)
+    inner = getattr(model, "model", None)
+    if not isinstance(getattr(inner, "layers", None), nn.ModuleList):
+        config = None  # not the layout routing needs, whatever the config says
+    check_family(config, f" ({type(model).__name__})")
     if getattr(model.config, "is_heterogeneous", False):
         raise DimrError(f"{type(model).__name__} has per-layer (heterogeneous) configs, which routing "
                         "does not support; use a homogeneous verifier")
