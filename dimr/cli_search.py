@@ -126,7 +126,8 @@ def search(
             r = e.result
             progress.stop()
             err_console.print(f"interrupted: study {r.study} keeps {r.complete} complete trials ({r.evaluated} "
-                              "evaluated now, the trials in flight released); run the same command to resume")
+                              "evaluated now, the trials in flight released); run the same command to resume",
+                              soft_wrap=True)
             raise typer.Exit(130) from None
     if as_json:
         from dataclasses import asdict

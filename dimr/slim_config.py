@@ -107,7 +107,7 @@ class SlimConfig:
         try:
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp")
         except OSError as e:
-            raise DimrError(f"cannot write {path} ({e.strerror}); pick a writable folder") from None
+            raise DimrError(f"cannot write {path} ({e.strerror or e}); pick a writable folder") from None
         try:
             umask = os.umask(0)
             os.umask(umask)
@@ -120,7 +120,7 @@ class SlimConfig:
             os.replace(tmp, path)
         except OSError as e:
             Path(tmp).unlink(missing_ok=True)
-            raise DimrError(f"cannot write {path} ({e.strerror}); free space or pick another folder") from None
+            raise DimrError(f"cannot write {path} ({e.strerror or e}); free space or pick another folder") from None
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise

@@ -221,6 +221,19 @@ def _cases(tmp: Path, db: str, slim: Path) -> dict[str, tuple[list[str], str]]:
         "pairs command binary file": (["pairs", pf, str(f["pairs_binary.toml"])], "binary"),
         "pairs command unknown key": (["pairs", pf, str(f["pairs_unknown.toml"])], "unknown key"),
         "unknown command": (["serach"], "serach"),
+        # relaxed, zoo
+        "diversed steps zero": (["diversed", "train", "--pair", "tiny-random", "--steps", "0"], "--steps"),
+        "diversed threads negative": (["diversed", "train", "--pair", "tiny-random", "--threads=-2"], "--threads"),
+        "bench-relaxed unknown method": (["bench-relaxed", "--pair", "tiny-random", "--methods", "nope"],
+                                         "unknown method"),
+        "bench-relaxed bad workload": (["bench-relaxed", "--pair", "tiny-random", "--workloads", "poems"],
+                                       "--workloads"),
+        "bench-relaxed bad gammas": (["bench-relaxed", "--pair", "tiny-random", "--gammas", "a,b"], "--gammas"),
+        "bench-relaxed threads negative": (["bench-relaxed", "--pair", "tiny-random", "--threads=-1"],
+                                           "--threads"),
+        "zoo eval-mini no pair": (["zoo", "eval-mini", "--model-dir", str(tmp / "none")], "no trained pair"),
+        "zoo eval-mini write and quick": (["zoo", "eval-mini", "--write", "--quick"], "drop --quick"),
+        "zoo train-mini steps zero": (["zoo", "train-mini", "--steps", "0"], "--steps"),
     }
 
 

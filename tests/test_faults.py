@@ -306,12 +306,33 @@ def test_full_disk_is_one_line_then_resumes(tmp_path):
         proc = drive(url, 50)
         assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        export = subprocess.run([sys.executable, "-m", "dimr", "export", "s", "--storage", url, "-o",
+                                 str(disk / "slim.json")], capture_output=True, text=True, cwd=ROOT, timeout=120)
+        one_line_error(export, "cannot write")
+        assert not list(disk.glob("*slim.json*"))
         filler.unlink()
         resumed = drive(url, 30)
         assert resumed.returncode == 0, resumed.stderr
         check_finished(url, 30, before)
     finally:
         _mount_cleanup(disk)
+
+
+def test_ctrl_c_exits_130_and_says_what_was_saved(tmp_path):
+    url = f"sqlite:///{tmp_path / 'dimr.db'}"
+    cmd = [sys.executable, "-m", "dimr", "search", "--pair", "tiny-random", "--budget", "3", "--trials", "50",
+           "--num-sequences", "2", "--seq-len", "16", "--storage", url, "--study", "c"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as in a terminal
+    _wait_for_complete(url, 3, timeout=120)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    line = err.strip().splitlines()[-1]
+    assert line.startswith("interrupted: study c keeps ") and "Traceback" not in err, err
+    ts = trials_of(url, "c")
+    assert int(line.split(" keeps ")[1].split()[0]) == sum(t.state == TrialState.COMPLETE for t in ts)
+    assert not [t for t in ts if t.state == TrialState.RUNNING]  # handed back before exiting
 
 
 # --- export ----------------------------------------------------------------------------------------------------
