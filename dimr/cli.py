@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> None:
         if hasattr(e, "format_message") and isinstance(getattr(e, "exit_code", None), int):
             ctx = getattr(e, "ctx", None)
             where = f"; see `{ctx.command_path} --help`" if ctx is not None else ""
-            message = " ".join(e.format_message().split())
+            message = " ".join(e.format_message().split()).rstrip(".")
             err_console.print(f"error: {message}{where}", soft_wrap=True)
             sys.exit(e.exit_code)
         raise

@@ -24,6 +24,7 @@ from optuna.distributions import BaseDistribution, distribution_to_json
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy import Executable, bindparam, func, insert, select, update
 from sqlalchemy.dialects import mysql, postgresql, sqlite
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from storage import crash

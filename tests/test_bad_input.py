@@ -35,11 +35,13 @@ def study_db(tmp_path_factory) -> tuple[str, Path]:
     sys.path.insert(0, str(ROOT / "tests"))
     from fault_driver import settings
 
+    from dimr.pairs import get_pair, prepare
     from dimr.search import Search, SearchOptions
     from dimr.studies import export_slim_config, load_study
     from storage import open_storage
     from workers.synthetic import SleepEvaluator, SleepSpec
 
+    prepare(get_pair("tiny-random"))  # built once here, so no case prints its first-build progress
     d = tmp_path_factory.mktemp("db")
     url = f"sqlite:///{d / 'dimr.db'}"
     Search(open_storage(url), "s", settings(), SearchOptions(6, 0, "swap", 0),
@@ -87,7 +89,7 @@ def _inputs(tmp: Path, slim: Path) -> dict[str, Path]:
     gpt2 = tmp / "gpt2model"
     gpt2.mkdir()
     (gpt2 / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_layer": 2, "n_embd": 8, "n_head": 2,
-                                                  "vocab_size": 32}))
+                                                  "vocab_size": 32, "bos_token_id": 0, "eos_token_id": 0}))
     f["gpt2model"] = gpt2
     tiny = "verifier = '{v}'\ndraft = '{v}'\n"
     put("pairs_binary.toml", b"\x00\x01[pairs]\xff")
@@ -175,7 +177,7 @@ def _cases(tmp: Path, db: str, slim: Path) -> dict[str, tuple[list[str], str]]:
         "show on missing file": (["show", "s", "--storage", new], "does not exist"),
         "show unknown study": (["show", "nope", "--storage", db], "no study 'nope'"),
         "show top zero": (["show", "s", "--storage", db, "--top", "0"], "--top"),
-        "show without study": (["show", "--storage", db], "STUDY"),
+        "show without study": (["show", "--storage", db], "Missing argument"),
         "export to directory": (["export", "s", "--storage", db, "-o", str(f["adir"])], "is a directory"),
         "export to empty path": (["export", "s", "--storage", db, "-o", ""], "is a directory"),
         "export under /proc": (["export", "s", "--storage", db, "-o", "/proc/dimr-slim.json"], "cannot write"),
@@ -269,7 +271,8 @@ def test_read_only_commands_create_no_tables_on_an_empty_postgres(capsys, pg_url
 
 
 @pytest.mark.parametrize("args,needle", [
-    (["search", "--pair", "tiny-random", "--storage", f"postgresql+nodriver://u:{SECRET}@h/db"], "driver"),
+    (["search", "--pair", "tiny-random", "--trials", "6", "--storage", f"postgresql+nodriver://u:{SECRET}@h/db"],
+     "driver"),
     (["studies", "--storage", "sqlite:///{tmp}/typo.db"], "does not exist"),
     (["decode", "--pair", "tiny-random", "--mode", "ar", "--prompt", "x", "--temperature", "nan"], "finite"),
 ])
@@ -295,10 +298,11 @@ def test_user_strings_print_verbatim(capsys, tmp_path):
     for name in ("run:fire:1", "[bold]x[/]"):
         Search(open_storage(url), name, settings(), SearchOptions(2, 0, "swap", 0),
                SleepEvaluator(SleepSpec(latency_s=0))).run()
-    code, out, _ = cli(capsys, "studies", "--storage", url)
-    assert code == 0 and "run:fire:1" in out and "[bold]x[/]" in out
-    code, out, _ = cli(capsys, "show", "run:fire:1", "--storage", url)
-    assert code == 0 and out.startswith("run:fire:1")
+    code, out, _ = cli(capsys, "studies", "--storage", url, "--json")
+    assert code == 0 and {r["study"] for r in json.loads(out)} == {"run:fire:1", "[bold]x[/]"}
+    for name in ("run:fire:1", "[bold]x[/]"):
+        code, out, _ = cli(capsys, "show", name, "--storage", url)
+        assert code == 0 and out.startswith(f"{name}  pair synthetic"), out
 
 
 # --- seeded fuzz of the two loaders ------------------------------------------------------------------------------

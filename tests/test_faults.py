@@ -289,20 +289,20 @@ def _mount_cleanup(path: Path) -> None:
 def test_full_disk_is_one_line_then_resumes(tmp_path):
     disk = tmp_path / "disk"
     disk.mkdir()
-    if not _mount("-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)):
+    if not _mount("-t", "tmpfs", "-o", "size=8m", "tmpfs", str(disk)):
         pytest.skip("cannot mount a small tmpfs here (no mount privilege) to fill a disk")
     try:
         url = f"sqlite:///{disk / 'dimr.db'}"
         assert drive(url, 5).returncode == 0
         before = completed(url)
         filler = disk / "filler"
-        with open(filler, "wb") as f:  # every free block
-            try:
+        try:
+            with open(filler, "wb") as f:  # every free block
                 while True:
                     f.write(b"\0" * 4096)
                     f.flush()
-            except OSError:
-                pass
+        except OSError:
+            pass
         proc = drive(url, 50)
         assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
@@ -371,8 +371,7 @@ def _processes_naming(text: str) -> list[int]:
 
 def test_ray_driver_killed_leaves_no_process_and_no_temp_dir(tmp_path):
     pytest.importorskip("ray")
-    ray_temp = tmp_path / "ray"
-    ray_temp.mkdir()
+    ray_temp = Path(tempfile.mkdtemp(prefix="rt-", dir="/tmp"))  # short: Ray's unix sockets live under it
     url = f"sqlite:///{tmp_path / 'dimr.db'}"
     proc = start(url, 40, "--workers", "2", "--latency", "0.2", "--ray-temp", str(ray_temp))
     _wait_for_complete(url, 2, timeout=120)
@@ -385,6 +384,7 @@ def test_ray_driver_killed_leaves_no_process_and_no_temp_dir(tmp_path):
         time.sleep(0.5)
     assert not _processes_naming(str(ray_temp)), "a Ray process outlived its driver"
     assert not list(ray_temp.iterdir()), "the Ray temp dir (with its auth token) was left behind"
+    ray_temp.rmdir()
     resumed = drive(url, 40)
     assert resumed.returncode == 0, resumed.stderr
     check_finished(url, 40, before)
