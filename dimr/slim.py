@@ -37,10 +37,11 @@ SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2"
 
 # --- models --------------------------------------------------------------------------------------------
 
-def check_family(config, what: str = "") -> None:
-    """DimrError unless routing supports the model type of ``config`` (a model's config; no weights needed)."""
+def check_family(config, what: str = "", layout_ok: bool = True) -> None:
+    """DimrError unless routing supports the model type of ``config`` (a model's config; no weights needed)
+    and, for a loaded model, its layout (``layout_ok``: the decoder layers are ``model.model.layers``)."""
     model_type = getattr(config, "model_type", None)
-    if model_type not in SUPPORTED_MODEL_TYPES:
+    if model_type not in SUPPORTED_MODEL_TYPES or not layout_ok:
         raise DimrError(
             f"layer routing does not support model type {model_type!r}{what}; "
             f"use a verifier of a supported family: {', '.join(SUPPORTED_MODEL_TYPES)}"
@@ -48,11 +49,9 @@ def check_family(config, what: str = "") -> None:
 
 
 def _inner(model: nn.Module) -> nn.Module:
-    config = getattr(model, "config", None)
     inner = getattr(model, "model", None)
-    if not isinstance(getattr(inner, "layers", None), nn.ModuleList):
-        config = None  # not the layout routing needs, whatever the config says
-    check_family(config, f" ({type(model).__name__})")
+    check_family(getattr(model, "config", None), f" ({type(model).__name__})",
+                 layout_ok=isinstance(getattr(inner, "layers", None), nn.ModuleList))
     if getattr(model.config, "is_heterogeneous", False):
         raise DimrError(f"{type(model).__name__} has per-layer (heterogeneous) configs, which routing "
                         "does not support; use a homogeneous verifier")

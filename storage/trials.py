@@ -227,11 +227,14 @@ def start_trials(storage: optuna.storages.BaseStorage, ledger: MaskLedger,
 
 
 def create_study(storage: optuna.storages.BaseStorage, name: str, directions: Sequence[optuna.study.StudyDirection],
-                 user_attrs: dict[str, Any], enqueued: Sequence[tuple[dict[str, Any], dict[str, Any]]]) -> int | None:
+                 user_attrs: dict[str, Any], enqueued: Sequence[tuple[dict[str, Any], dict[str, Any]]]
+                 ) -> tuple[int, list[FrozenTrial]] | None:
     """Create study ``name`` with its directions, user attributes and enqueued trials ((fixed params, user
     attributes), WAITING, as `Study.enqueue_trial` makes them), in one transaction: a crash leaves either no
-    study or the whole set-up, never a study without its settings or seeds. Returns its id, or None (nothing
-    written) if a study of that name exists, e.g. another driver created it first."""
+    study or the whole set-up, never a study without its settings or seeds. Returns its id and the enqueued
+    trials as a read would give them back, or None (nothing written) if a study of that name exists, e.g.
+    another driver created it first."""
+    waiting: list[FrozenTrial] = []
     rdb = compat.backend(storage)
     with Session(rdb.engine) as s:
         try:
@@ -251,13 +254,17 @@ def create_study(storage: optuna.storages.BaseStorage, name: str, directions: Se
                 if attrs:
                     s.execute(_INSERT_USER_ATTR, [{"trial_id": trial_id, "key": k, "value_json": json.dumps(v)}
                                                   for k, v in attrs.items()])
+                waiting.append(FrozenTrial(
+                    number=number, state=TrialState.WAITING, value=None, values=None, datetime_start=None,
+                    datetime_complete=None, params={}, distributions={}, user_attrs=_as_read(attrs),
+                    system_attrs=_as_read({"fixed_params": params}), intermediate_values={}, trial_id=trial_id))
             crash.point("setup:before-commit")
             s.commit()
         except IntegrityError:  # the unique study name: another driver's study is there
             s.rollback()
             return None
     crash.point("setup:after-commit")
-    return study_id
+    return study_id, waiting
 
 
 def finish_trial(storage: optuna.storages.BaseStorage, trial_id: int, values: Sequence[float] | None,

@@ -38,6 +38,7 @@ def open_study(storage: optuna.storages.RDBStorage, study_name: str, settings: S
                             startup=options.startup_trials, seed=options.seed,
                             skips=settings.skips if settings.objective == "pareto" else ())
     directions = pareto.directions(settings.objective)
+    created = None
     if stored is None:
         from dataclasses import asdict
 
@@ -53,5 +54,7 @@ def open_study(storage: optuna.storages.RDBStorage, study_name: str, settings: S
     store = TrialStore(storage, mask_space(settings.num_layers), owner_id())
     study = optuna.load_study(storage=store.view, study_name=study_name, sampler=sampler)
     store.attach(study)
+    for trial in created[1] if created else ():  # the seeds as written: the driver never reads them back
+        store.view.remember(store.study_id, trial)
     sampler.first_search_trial = study.user_attrs.get(SEEDS_ATTR, 0)
     return study, store, sampler
