@@ -52,10 +52,10 @@ def _is_local(source: str) -> bool:
 
 def _local_texts(source: str) -> list[str]:
     path_s, _, field = source.partition("#")
+    from dimr.userfiles import read_text
+
     path = Path(path_s)
-    if not path.is_file():
-        raise DimrError(f"calibration file {path} does not exist; pass an existing .txt or .jsonl file")
-    raw = path.read_text(errors="replace")
+    raw = read_text(path, "calibration file", "pass a .txt or .jsonl text file")
     if path.suffix == ".txt" or (path.suffix not in {".jsonl", ".json"}):
         texts = [raw]
     else:

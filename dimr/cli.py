@@ -15,8 +15,9 @@ from dimr.errors import DimrError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Search slim verifiers for speculative decoding, and decode with them.")
-console = Console()
-err_console = Console(stderr=True)
+# User strings (study names, masks, prompts) print verbatim: no markup, no emoji codes (":fire:"), no highlighting.
+console = Console(markup=False, emoji=False, highlight=False)
+err_console = Console(stderr=True, markup=False, emoji=False, highlight=False)
 
 
 _registered = False
@@ -42,7 +43,10 @@ def _register() -> None:
 def main(argv: list[str] | None = None) -> None:
     _register()
     try:
-        app(args=argv, standalone_mode=False)
+        # A typer.Exit (e.g. 130 on Ctrl-C) comes back as its code.
+        code = app(args=argv, prog_name="dimr", standalone_mode=False)
+        if isinstance(code, int) and code:
+            sys.exit(code)
     except DimrError as e:
         err_console.print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)
         sys.exit(2)
@@ -50,9 +54,12 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(e.exit_code)
     except typer.Abort:
         sys.exit(130)
-    except Exception as e:  # click's usage errors (typer vendors click) show themselves, exit 2
-        if hasattr(e, "show") and isinstance(getattr(e, "exit_code", None), int):
-            e.show()
+    except Exception as e:  # click's usage errors (typer vendors click): one line too, exit 2
+        if hasattr(e, "format_message") and isinstance(getattr(e, "exit_code", None), int):
+            ctx = getattr(e, "ctx", None)
+            where = f"; see `{ctx.command_path} --help`" if ctx is not None else ""
+            message = " ".join(e.format_message().split()).rstrip(".")
+            err_console.print(f"error: {message}{where}", soft_wrap=True)
             sys.exit(e.exit_code)
         raise
 

@@ -25,10 +25,10 @@ def _read_prompts(prompt: str | None, prompts: Path | None) -> list[str]:
         raise DimrError("pass exactly one of --prompt TEXT or --prompts FILE.jsonl")
     if prompt is not None:
         return [prompt]
-    if not prompts.is_file():
-        raise DimrError(f"prompts file {prompts} does not exist; pass a JSONL file")
+    from dimr.userfiles import read_text
+
     out = []
-    for n, line in enumerate(prompts.read_text().splitlines(), 1):
+    for n, line in enumerate(read_text(prompts, "prompts file", "pass a JSONL file").splitlines(), 1):
         if not line.strip():
             continue
         try:
@@ -58,6 +58,8 @@ def _prepare(threads: int | None) -> None:
     from transformers.utils import logging
 
     logging.disable_progress_bar()
+    if threads is not None and threads < 1:
+        raise DimrError(f"--threads {threads} must be at least 1")
     if threads:
         import torch
 

@@ -19,6 +19,8 @@ diversed_app = typer.Typer(no_args_is_help=True, help="DIVERSED: train a learned
 
 
 def _threads(threads: int | None) -> None:
+    if threads is not None and threads < 1:
+        raise DimrError(f"--threads {threads} must be at least 1")
     import torch
 
     torch.set_num_threads(threads or 1)

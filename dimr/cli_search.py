@@ -44,11 +44,11 @@ STORAGE_HELP = "SQLAlchemy URL of the study database (sqlite:///dimr.db, postgre
 PAIRS_FILE_HELP = "TOML file with extra pairs (default: $DIMR_PAIRS or ~/.config/dimr/pairs.toml)"
 
 
-def _open(url: str):
+def _open(url: str, create: bool = True):
     from storage import StorageError, open_storage
 
     try:
-        return open_storage(url)
+        return open_storage(url, create=create)
     except StorageError as e:
         raise DimrError(str(e)) from None
 
@@ -102,7 +102,8 @@ def search(
     as_json: bool = typer.Option(False, "--json", help="print the result as JSON"),
 ) -> None:
     """Search a layer mask for the pair's verifier and store every trial in SQL."""
-    from dimr.search import run_search
+    from dimr.cli import err_console
+    from dimr.search import SearchInterrupted, run_search
 
     columns = [TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("best {task.fields[best]}"), TimeElapsedColumn(), TimeRemainingColumn()]
@@ -115,11 +116,19 @@ def search(
                 task = progress.add_task("search", total=total, best="-")
             progress.update(task, completed=min(done, total), best=_fmt(best))
 
-        result = run_search(pair, budget, trials=trials, storage=storage, study=study, cost=cost.value,
-                            objective=objective.value, sampler=sampler.value, startup_trials=startup_trials,
-                            seed=seed, calibration=calibration, num_sequences=num_sequences, seq_len=seq_len,
-                            workers=workers, ray_address=ray_address, device=device, batch_size=batch_size,
-                            pairs_file=pairs_file, on_result=on_result)
+        try:
+            result = run_search(pair, budget, trials=trials, storage=storage, study=study, cost=cost.value,
+                                objective=objective.value, sampler=sampler.value, startup_trials=startup_trials,
+                                seed=seed, calibration=calibration, num_sequences=num_sequences, seq_len=seq_len,
+                                workers=workers, ray_address=ray_address, device=device, batch_size=batch_size,
+                                pairs_file=pairs_file, on_result=on_result)
+        except SearchInterrupted as e:
+            r = e.result
+            progress.stop()
+            err_console.print(f"interrupted: study {r.study} keeps {r.complete} complete trials ({r.evaluated} "
+                              "evaluated now, the trials in flight released); run the same command to resume",
+                              soft_wrap=True)
+            raise typer.Exit(130) from None
     if as_json:
         from dataclasses import asdict
 
@@ -134,7 +143,7 @@ def studies(storage: str = typer.Option("sqlite:///dimr.db", help=STORAGE_HELP),
     """List the studies in a database."""
     from dimr.studies import list_studies
 
-    rows = list_studies(_open(storage))
+    rows = list_studies(_open(storage, create=False))
     if as_json:
         console.print_json(json.dumps(rows))
         return
@@ -153,7 +162,7 @@ def show(study: str = typer.Argument(..., help="study name"),
     """Best masks, costs, agreement, expected acceptance, trial counts and timings of a study."""
     from dimr.studies import front_rows, load_study, summarize
 
-    loaded = load_study(_open(storage), study)
+    loaded = load_study(_open(storage, create=False), study)
     if pareto_front:
         rows = front_rows(loaded)
         if as_json:
@@ -163,7 +172,7 @@ def show(study: str = typer.Argument(..., help="study name"),
         for r in rows:
             table.add_row(str(r["trial"]), str(r["skipped"]), f"{r['kept_fraction']:.3f}", str(r["mask"]),
                           _fmt(r["cost"]), _fmt(r["top1_agreement"]), _fmt(r["expected_acceptance"]))
-        console.print(f"[bold]{study}[/]: Pareto front of cost vs kept layers ({len(rows)} masks)")
+        console.print(f"{study}: Pareto front of cost vs kept layers ({len(rows)} masks)")
         console.print(table)
         return
     s = summarize(loaded, top=top)
@@ -171,7 +180,7 @@ def show(study: str = typer.Argument(..., help="study name"),
         console.print_json(json.dumps(s))
         return
     cfg, t = s["settings"], s["timings"]
-    console.print(f"[bold]{s['study']}[/]  pair {cfg.get('pair')}  cost {cfg.get('cost')}  "
+    console.print(f"{s['study']}  pair {cfg.get('pair')}  cost {cfg.get('cost')}  "
                   f"skip {cfg.get('skip')}/{cfg.get('num_layers')}  calibration {cfg.get('num_sequences')}×"
                   f"{cfg.get('seq_len')} tokens ({cfg.get('calibration_hash')})")
     console.print("trials: " + ", ".join(f"{k} {v}" for k, v in s["counts"].items())
@@ -194,7 +203,7 @@ def export(study: str = typer.Argument(..., help="study name"),
     """Publish a study's mask as a slim config."""
     from dimr.studies import export_slim_config, load_study, pick_for_budget
 
-    loaded = load_study(_open(storage), study)
+    loaded = load_study(_open(storage, create=False), study)
     if budget is not None:
         if trial is not None:
             raise DimrError("give --trial or --budget, not both")

@@ -88,39 +88,64 @@ def prepare(pair: Pair) -> Pair:
     return pair
 
 
+PAIR_KEYS = ("draft", "verifier", "revision", "dtype", "calibration", "description")  # all strings
+
+
 def _user_pairs(path: Path | None) -> dict[str, Pair]:
+    """The pairs of a TOML file, strictly: unknown keys, wrong types and binary content are refused. Relative
+    paths (models, local calibration files) are relative to the TOML file."""
+    from dimr.userfiles import read_text
+
     if path is None:
         env = os.environ.get("DIMR_PAIRS")
         default = Path.home() / ".config" / "dimr" / "pairs.toml"
         path = Path(env) if env else (default if default.exists() else None)
     if path is None:
         return {}
-    if not path.is_file():
-        raise DimrError(f"pairs file {path} does not exist; pass an existing TOML file to --pairs-file")
+    text = read_text(path, "pairs file", "pass a TOML file to --pairs-file")
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise DimrError(f"pairs file {path} is not valid TOML ({e}); fix the file") from None
+    extra = sorted(set(data) - {"pairs"})
+    if extra or not isinstance(data.get("pairs", {}), dict):
+        raise DimrError(f"pairs file {path} must hold only a [pairs] table of pairs (found {extra or 'pairs'}); "
+                        "write [pairs.NAME] tables")
     out = {}
     for name, spec in data.get("pairs", {}).items():
-        missing = {"draft", "verifier"} - set(spec)
-        if missing:
-            raise DimrError(f"pair {name!r} in {path} lacks {', '.join(sorted(missing))}; add it")
-        dtype = spec.get("dtype", "auto")
-        if dtype != "auto" and dtype not in DTYPES:
-            raise DimrError(f"pair {name!r} in {path} has dtype {dtype!r}; use auto, {', '.join(DTYPES)}")
-        def resolve(p: str, base: Path = path.parent) -> str:
-            q = (base / p) if not Path(p).is_absolute() else Path(p)
-            return str(q.resolve()) if q.exists() else p
-
-        out[name] = Pair(
-            name=name, draft=resolve(spec["draft"]), verifier=resolve(spec["verifier"]),
-            revision=spec.get("revision"), dtype=dtype,
-            calibration=spec.get("calibration", HUB_CALIBRATION),
-            description=spec.get("description", f"from {path}"),
-            local=Path(resolve(spec["verifier"])).exists(),
-        )
+        out[name] = _user_pair(path, name, spec)
     return out
+
+
+def _user_pair(path: Path, name: str, spec) -> Pair:
+    where = f"pair {name!r} in {path}"
+    if not isinstance(spec, dict):
+        raise DimrError(f"{where} is a {type(spec).__name__}, not a table; write it as [pairs.{name}]")
+    unknown = sorted(set(spec) - set(PAIR_KEYS))
+    if unknown:
+        raise DimrError(f"{where} has unknown key(s) {', '.join(unknown)}; use {', '.join(PAIR_KEYS)}")
+    missing = {"draft", "verifier"} - set(spec)
+    if missing:
+        raise DimrError(f"{where} lacks {', '.join(sorted(missing))}; add it")
+    wrong = [k for k, v in spec.items() if not isinstance(v, str) or not v.strip() and k != "description"]
+    if wrong:
+        raise DimrError(f"{where}: {', '.join(f'{k} = {spec[k]!r}' for k in wrong)} must be a non-empty string; "
+                        "quote it")
+    dtype = spec.get("dtype", "auto")
+    if dtype != "auto" and dtype not in DTYPES:
+        raise DimrError(f"{where} has dtype {dtype!r}; use auto, {', '.join(DTYPES)}")
+    base = path.parent
+
+    def resolve(p: str, local_suffix: bool = False) -> str:
+        """``p`` against the TOML file's folder when it is relative and names a local file (or looks like one)."""
+        q = Path(p) if Path(p).is_absolute() else base / p
+        return str(q.resolve()) if q.exists() or (local_suffix and q.suffix in (".txt", ".jsonl", ".json")) else p
+
+    calibration = ",".join(resolve(part.strip(), True) for part in spec["calibration"].split(",")) \
+        if "calibration" in spec else HUB_CALIBRATION
+    return Pair(name=name, draft=resolve(spec["draft"]), verifier=resolve(spec["verifier"]),
+                revision=spec.get("revision"), dtype=dtype, calibration=calibration,
+                description=spec.get("description", f"from {path}"), local=Path(resolve(spec["verifier"])).exists())
 
 
 def list_pairs(pairs_file: Path | None = None) -> dict[str, Pair]:
@@ -136,10 +161,24 @@ def get_pair(name: str, pairs_file: Path | None = None) -> Pair:
 
 
 def pick_device(device: str | None = None) -> torch.device:
-    """CUDA when available, else CPU; an explicit ``device`` wins."""
-    if device:
-        return torch.device(device)
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    """CUDA when available, else CPU; an explicit ``device`` wins, if it exists here (else DimrError)."""
+    if not device:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise DimrError(f"--device {device!r} is not a torch device; use cpu, cuda or cuda:N") from None
+    if dev.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if not count or (dev.index or 0) >= count:
+            raise DimrError(f"--device {device!r} is not available here ({count} CUDA GPU(s) visible); "
+                            "use --device cpu or an existing cuda:N")
+    elif dev.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise DimrError(f"--device {device!r} is not available here; use --device cpu")
+    elif dev.type != "cpu":
+        raise DimrError(f"--device {device!r} is not supported; use cpu, cuda or cuda:N")
+    return dev
 
 
 def _dtype(pair: Pair, device: torch.device) -> torch.dtype:
@@ -163,9 +202,9 @@ def _from_pretrained(cls, path: str, pair: Pair, **kw):
     path = checkpoint_path(path)
     try:
         return cls.from_pretrained(path, revision=pair.revision, **kw)
-    except OSError as e:
+    except (OSError, ValueError, KeyError) as e:  # no files there, or files that are no model (transformers)
         raise DimrError(
-            f"cannot load {path!r} for pair {pair.name!r} ({str(e).splitlines()[0]}); "
+            f"cannot load {path!r} for pair {pair.name!r} ({(str(e).strip() or type(e).__name__).splitlines()[0]}); "
             "download it or point the pair at a local path"
         ) from None
 

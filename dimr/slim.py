@@ -37,15 +37,21 @@ SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2"
 
 # --- models --------------------------------------------------------------------------------------------
 
-def _inner(model: nn.Module) -> nn.Module:
-    model_type = getattr(getattr(model, "config", None), "model_type", None)
-    inner = getattr(model, "model", None)
-    layers = getattr(inner, "layers", None)
-    if model_type not in SUPPORTED_MODEL_TYPES or not isinstance(layers, nn.ModuleList):
+def check_family(config, what: str = "", layout_ok: bool = True) -> None:
+    """DimrError unless routing supports the model type of ``config`` (a model's config; no weights needed)
+    and, for a loaded model, its layout (``layout_ok``: the decoder layers are ``model.model.layers``)."""
+    model_type = getattr(config, "model_type", None)
+    if model_type not in SUPPORTED_MODEL_TYPES or not layout_ok:
         raise DimrError(
-            f"layer routing does not support model type {model_type!r} ({type(model).__name__}); "
+            f"layer routing does not support model type {model_type!r}{what}; "
             f"use a verifier of a supported family: {', '.join(SUPPORTED_MODEL_TYPES)}"
         )
+
+
+def _inner(model: nn.Module) -> nn.Module:
+    inner = getattr(model, "model", None)
+    check_family(getattr(model, "config", None), f" ({type(model).__name__})",
+                 layout_ok=isinstance(getattr(inner, "layers", None), nn.ModuleList))
     if getattr(model.config, "is_heterogeneous", False):
         raise DimrError(f"{type(model).__name__} has per-layer (heterogeneous) configs, which routing "
                         "does not support; use a homogeneous verifier")

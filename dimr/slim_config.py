@@ -14,10 +14,12 @@ Applying it checks the verifier's :func:`fingerprint` first, so a mask is never 
 from __future__ import annotations
 
 import dataclasses
+import glob
 import hashlib
 import json
 import math
 import os
+import re
 import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -30,6 +32,7 @@ from dimr import __version__
 from dimr.errors import DimrError
 from dimr.masks import Mask, kept_layers, mask_from_key, mask_key
 from dimr.slim import num_layers, slim_verifier
+from storage import crash
 
 SCHEMA = "dimr.slim-config/1"
 
@@ -94,20 +97,48 @@ class SlimConfig:
         return json.dumps(self.to_dict(), indent=2, allow_nan=False) + "\n"
 
     def save(self, path: str | Path) -> Path:
-        """Write atomically (temp file in the same folder, then rename): a failure leaves no partial file."""
+        """Write atomically (temp file in the same folder, then rename): a failure leaves no partial file, and
+        temp files that killed writers left beside ``path`` are removed. The file's mode follows the umask."""
         path = Path(path)
         text = self.to_json()
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        if path.is_dir():
+            raise DimrError(f"cannot write {path}: it is a directory; give a file path, e.g. {path / 'slim.json'}")
+        _sweep_temp_files(path)
         try:
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp")
+        except OSError as e:
+            raise DimrError(f"cannot write {path} ({e.strerror or e}); pick a writable folder") from None
+        try:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; an exported config is meant to be shared
             with os.fdopen(fd, "w") as f:
                 f.write(text)
                 f.flush()
                 os.fsync(f.fileno())
+            crash.point("export:before-rename")
             os.replace(tmp, path)
+        except OSError as e:
+            Path(tmp).unlink(missing_ok=True)
+            raise DimrError(f"cannot write {path} ({e.strerror or e}); free space or pick another folder") from None
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
         return path
+
+
+def _sweep_temp_files(path: Path) -> None:
+    """Remove ``.NAME.PID.*.tmp`` beside ``path`` whose writer (PID, on this host) is dead."""
+    from dimr.search.recovery import pid_alive
+
+    try:
+        stale = list(path.parent.glob(f".{glob.escape(path.name)}.*.tmp"))
+    except OSError:
+        return
+    for tmp in stale:
+        pid = tmp.name[len(path.name) + 2:].split(".", 1)[0]
+        if pid.isdigit() and not pid_alive(int(pid)):
+            tmp.unlink(missing_ok=True)
 
 
 def make_slim_config(
@@ -139,37 +170,88 @@ def make_slim_config(
     )
 
 
+MAX_BYTES = 1 << 20  # a slim config is a few hundred bytes; anything this big is not one
+MAX_LAYERS = 4096
+_OPTIONAL = (str, type(None))
+FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
+    "schema": str, "pair": str, "verifier": str, "fingerprint": str, "num_layers": int, "kept_layers": list,
+    "mask": str, "cost": str, "metrics": dict, "calibration": str, "calibration_hash": str, "revision": _OPTIONAL,
+    "study": _OPTIONAL, "trial": (int, type(None)), "dimr_version": str, "created_at": str,
+}
+_KIND_NAMES = {str: "a string", int: "an integer", list: "a list", dict: "an object", type(None): "null"}
+_NON_FINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
+
+
+def _problem(data: dict) -> str | None:
+    """What is wrong with a parsed slim config (types, ranges, mask vs num_layers vs kept_layers), or None."""
+    from dimr.cost import COSTS
+
+    unknown = sorted(set(data) - set(FIELD_TYPES))
+    if unknown:
+        return f"unknown field(s) {', '.join(unknown)}"
+    for k, kind in FIELD_TYPES.items():
+        v = data.get(k)
+        if k in data and (not isinstance(v, kind) or isinstance(v, bool)):
+            want = " or ".join(_KIND_NAMES[t] for t in (kind if isinstance(kind, tuple) else (kind,)))
+            return f"{k} is {type(v).__name__} {str(v)[:40]!r}, not {want}"
+    n, mask, kept = data["num_layers"], data["mask"], data["kept_layers"]
+    if not 1 <= n <= MAX_LAYERS:
+        return f"num_layers {n} is out of range (1 to {MAX_LAYERS})"
+    if len(mask) != n or set(mask) - {"0", "1"} or "1" not in mask:
+        return f"mask {mask[:40]!r} is not {n} characters of 0 and 1 keeping at least one layer"
+    if kept != [i for i, c in enumerate(mask) if c == "1"]:
+        return f"kept_layers {str(kept)[:40]} do not match mask {mask}"
+    if not re.fullmatch(r"[0-9a-f]{64}", data["fingerprint"]):
+        return "fingerprint is not a sha256 hex digest"
+    if data["cost"] not in COSTS:
+        return f"cost {data['cost'][:40]!r} is unknown (one of {', '.join(COSTS)})"
+    if data.get("trial") is not None and data["trial"] < 0:
+        return f"trial {data['trial']} is negative"
+    for k, v in data["metrics"].items():
+        if isinstance(v, bool) or not (isinstance(v, (int, float)) or v in _NON_FINITE):
+            return f"metric {str(k)[:40]!r} is {str(v)[:40]!r}, not a number"
+    if not all(data[k].strip() for k in ("pair", "verifier", "calibration", "calibration_hash")):
+        return "pair, verifier, calibration and calibration_hash must not be empty"
+    return None
+
+
 def load_slim_config(path: str | Path) -> SlimConfig:
-    """Read a slim config file; DimrError for a missing file, bad JSON, another schema or missing fields."""
+    """Read a slim config file, strictly: DimrError for a missing or binary file, bad JSON, another schema,
+    missing or unknown fields, wrong types, out-of-range values, or a mask that disagrees with num_layers or
+    kept_layers. Nothing of the file executes."""
+    from dimr.userfiles import read_text
+
     path = Path(path)
-    if not path.is_file():
-        raise DimrError(f"slim config {path} does not exist; pass a file written by `dimr export`")
+    fix = "pass a file written by `dimr export`"
+    if path.is_file() and path.stat().st_size > MAX_BYTES:
+        raise DimrError(f"slim config {path} is over {MAX_BYTES >> 20} MiB, too big to be one; {fix}")
+    text = read_text(path, "slim config", fix)
     try:
-        data = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise DimrError(f"slim config {path} is not valid JSON ({e}); export it again") from None
+        data = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as e:
+        why = str(e) if isinstance(e, json.JSONDecodeError) else "nested too deep"
+        raise DimrError(f"slim config {path} is not valid JSON ({why}); export it again") from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         got = data.get("schema") if isinstance(data, dict) else type(data).__name__
-        raise DimrError(f"slim config {path} has schema {got!r}, not {SCHEMA!r}; "
+        raise DimrError(f"slim config {path} has schema {str(got)[:40]!r}, not {SCHEMA!r}; "
                         "export it again with this dimr")
-    names = {f.name for f in dataclasses.fields(SlimConfig)}
     required = {f.name for f in dataclasses.fields(SlimConfig)
                 if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
     missing = required - set(data)
     if missing:
         raise DimrError(f"slim config {path} lacks {', '.join(sorted(missing))}; export it again")
-    data = {k: v for k, v in data.items() if k in names}
-    try:
-        data["metrics"] = {str(k): float(v) for k, v in data["metrics"].items()}
-        cfg = SlimConfig(**data)
-        mask = mask_from_key(str(cfg.mask))
-        consistent = len(mask) == int(cfg.num_layers) and kept_layers(mask) == list(cfg.kept_layers)
-    except (AttributeError, TypeError, ValueError, DimrError) as e:
-        raise DimrError(f"slim config {path} has a malformed field ({e}); export it again") from None
-    if not consistent:
-        raise DimrError(f"slim config {path} is inconsistent (mask {cfg.mask} vs num_layers/kept_layers); "
-                        "export it again")
-    return cfg
+    problem = _problem(data)
+    if problem:
+        raise DimrError(f"slim config {path} is malformed: {problem}; export it again")
+    data["metrics"] = {k: _NON_FINITE.get(v, v) if isinstance(v, str) else float(v) for k, v in data["metrics"].items()}
+    return SlimConfig(**data)
+
+
+def check_pair(cfg: SlimConfig, pair) -> None:
+    """Refuse a slim config made for another pair (or, for hub pairs, another verifier) than ``pair``."""
+    if cfg.pair != pair.name or (not pair.local and cfg.verifier != pair.verifier):
+        raise DimrError(f"slim config {cfg.mask} was made for pair {cfg.pair!r} (verifier {cfg.verifier!r}), not "
+                        f"{pair.name!r} ({pair.verifier!r}); export one from a study of this pair")
 
 
 def apply_slim_config(cfg: SlimConfig | str | Path, verifier: nn.Module) -> nn.Module:

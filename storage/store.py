@@ -76,10 +76,16 @@ class TrialStore:
             self.view.remember(self.study_id, one.trial)
         return started
 
-    def finish(self, trial: FrozenTrial, key: str, values: Sequence[float], metrics: dict[str, Any]) -> FrozenTrial:
-        """COMPLETE with ``values`` and the mask's ledger row, in one transaction."""
-        when = finish_trial(self.storage, compat.trial_id(trial), values, metrics,
-                            also=[self.ledger.complete_statement(key, values[0], metrics)])
+    def finish(self, trial: FrozenTrial, key: str, values: Sequence[float],
+               metrics: dict[str, Any]) -> FrozenTrial | None:
+        """COMPLETE with ``values`` and the mask's ledger row, in one transaction. None: the trial was already
+        finished (failed by a recovery while this driver could not beat, or this write committed by a try whose
+        answer was lost)."""
+        try:
+            when = finish_trial(self.storage, compat.trial_id(trial), values, metrics,
+                                also=[self.ledger.complete_statement(key, values[0], metrics)])
+        except optuna.exceptions.UpdateFinishedTrialError:
+            return None
         done = as_finished(trial, TrialState.COMPLETE, values, metrics, when)
         self.view.remember(self.study_id, done)
         return done

@@ -24,8 +24,10 @@ from optuna.distributions import BaseDistribution, distribution_to_json
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy import Executable, bindparam, func, insert, select, update
 from sqlalchemy.dialects import mysql, postgresql, sqlite
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from storage import crash
 from storage import optuna_compat as compat
 from storage.ledger import Claim, MaskLedger
 from storage.optuna_compat import models
@@ -222,6 +224,47 @@ def start_trials(storage: optuna.storages.BaseStorage, ledger: MaskLedger,
         s.commit()
     return [_started(t, number, claim, local, params, distributions, attrs, None)
             for t, number, claim, local, params, attrs in out]
+
+
+def create_study(storage: optuna.storages.BaseStorage, name: str, directions: Sequence[optuna.study.StudyDirection],
+                 user_attrs: dict[str, Any], enqueued: Sequence[tuple[dict[str, Any], dict[str, Any]]]
+                 ) -> tuple[int, list[FrozenTrial]] | None:
+    """Create study ``name`` with its directions, user attributes and enqueued trials ((fixed params, user
+    attributes), WAITING, as `Study.enqueue_trial` makes them), in one transaction: a crash leaves either no
+    study or the whole set-up, never a study without its settings or seeds. Returns its id and the enqueued
+    trials as a read would give them back, or None (nothing written) if a study of that name exists, e.g.
+    another driver created it first."""
+    waiting: list[FrozenTrial] = []
+    rdb = compat.backend(storage)
+    with Session(rdb.engine) as s:
+        try:
+            study_id = s.execute(insert(models.StudyModel.__table__), {"study_name": name}).inserted_primary_key[0]
+            s.execute(insert(models.StudyDirectionModel.__table__),
+                      [{"study_id": study_id, "objective": i, "direction": d} for i, d in enumerate(directions)])
+            if user_attrs:
+                s.execute(insert(models.StudyUserAttributeModel.__table__),
+                          [{"study_id": study_id, "key": k, "value_json": json.dumps(v)}
+                           for k, v in user_attrs.items()])
+            for number, (params, attrs) in enumerate(enqueued):
+                trial_id = s.execute(_INSERT_TRIAL, {"number": number, "study_id": study_id,
+                                                     "state": TrialState.WAITING, "datetime_start": None,
+                                                     "datetime_complete": None}).inserted_primary_key[0]
+                s.execute(_INSERT_SYSTEM_ATTR, {"trial_id": trial_id, "key": "fixed_params",
+                                                "value_json": json.dumps(params)})
+                if attrs:
+                    s.execute(_INSERT_USER_ATTR, [{"trial_id": trial_id, "key": k, "value_json": json.dumps(v)}
+                                                  for k, v in attrs.items()])
+                waiting.append(FrozenTrial(
+                    number=number, state=TrialState.WAITING, value=None, values=None, datetime_start=None,
+                    datetime_complete=None, params={}, distributions={}, user_attrs=_as_read(attrs),
+                    system_attrs=_as_read({"fixed_params": params}), intermediate_values={}, trial_id=trial_id))
+            crash.point("setup:before-commit")
+            s.commit()
+        except IntegrityError:  # the unique study name: another driver's study is there
+            s.rollback()
+            return None
+    crash.point("setup:after-commit")
+    return study_id, waiting
 
 
 def finish_trial(storage: optuna.storages.BaseStorage, trial_id: int, values: Sequence[float] | None,

@@ -99,7 +99,10 @@ def test_bad_search_input(capsys, tmp_path, case):
 
 
 def test_bad_export(capsys, tmp_path):
+    from storage import open_storage
+
     url = f"sqlite:///{tmp_path}/e.db"
+    open_storage(url)  # an empty dimr database (a missing one is refused: read-only commands create nothing)
     code, _, err = cli(capsys, "export", "nope", "--storage", url, "-o", str(tmp_path / "s.json"))
     assert code == 2 and "no study 'nope'" in err and len(err.strip().splitlines()) == 1
     # a study with no completed trial

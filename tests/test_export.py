@@ -82,7 +82,7 @@ def test_atomic_save_leaves_no_partial_file(tmp_path, monkeypatch):
         raise OSError("disk full")
 
     monkeypatch.setattr(os, "replace", boom)
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(DimrError, match="cannot write .*disk full"):
         cfg.save(path)
     assert path.read_text() == "previous" and os.listdir(tmp_path) == ["slim.json"]
     monkeypatch.undo()
@@ -115,5 +115,14 @@ def test_bad_files(tmp_path):
         with pytest.raises(DimrError, match="malformed"):
             load_slim_config(bad)
     bad.write_text(json.dumps({**good, "kept_layers": [0, 1]}))
-    with pytest.raises(DimrError, match="inconsistent"):
+    with pytest.raises(DimrError, match="kept_layers .* do not match"):
         load_slim_config(bad)
+
+
+def test_saved_mode_follows_the_umask(tmp_path):
+    old = os.umask(0o022)
+    try:
+        path = _cfg(_llama()).save(tmp_path / "slim.json")
+    finally:
+        os.umask(old)
+    assert path.stat().st_mode & 0o777 == 0o644

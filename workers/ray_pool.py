@@ -26,6 +26,9 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
+import socket
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -34,9 +37,11 @@ from typing import Any
 import ray
 from ray.exceptions import ActorDiedError, GetTimeoutError, RayActorError
 
+from dimr.errors import DimrError
 from workers.base import EvalSpec, Evaluation
 
 PROBE_EVERY_S = 1.0  # how often a restarting actor is asked whether it is back
+CONNECT_TIMEOUT_S = 5.0  # how long an unreachable --ray-address is tried
 START_TIMEOUT_S = 900.0  # loading a 70B verifier onto a GPU takes minutes
 AHEAD_MIN = 4  # from this many live actors on, each holds two tasks (``ahead``); fewer: one task each
 _AUTH_VARS = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
@@ -69,6 +74,22 @@ class ScorerActor:
         return self.scorer.block_influence()
 
 
+def check_address(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    """DimrError, within ``timeout_s``, if nothing listens at ``address`` (host:port or ray://host:port): Ray's own
+    connect would retry for minutes. ``auto`` is left to Ray, which fails at once when no cluster runs here."""
+    if address == "auto":
+        return
+    hostport = address.split("://", 1)[-1].rstrip("/")
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise DimrError(f"--ray-address {address!r} is not host:port (or auto); e.g. 10.0.0.1:6379")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as e:
+        raise DimrError(f"cannot reach Ray at --ray-address {address} ({e.strerror or e}); start the cluster "
+                        "(`ray start --head`) or fix the address") from None
+
+
 def cpu_share(total_cpus: float, workers: int) -> float:
     """CPUs reserved per CPU-only actor: together at most ``total − 1`` (one core stays free for the driver
     and other Ray tasks), and at most half a core each, so actors never block every further task."""
@@ -83,6 +104,17 @@ def _reload_auth_token() -> None:
         AuthenticationTokenLoader.instance().reset_cache()
     except (ImportError, AttributeError):  # older Ray: no token auth
         pass
+
+
+def _start_reaper(temp_dir: str, pythonpath: str) -> tuple[subprocess.Popen, int]:
+    """Start `workers.ray_reaper` on ``temp_dir``; return the pipe's write end, which only this process holds
+    (not inheritable): its closing, by `LocalRay.close` or by this process's death, starts the sweep."""
+    read, write = os.pipe()
+    reaper = subprocess.Popen([sys.executable, "-m", "workers.ray_reaper", str(read), temp_dir], pass_fds=(read,),
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True, env={**os.environ, "PYTHONPATH": pythonpath})
+    os.close(read)
+    return reaper, write
 
 
 class LocalRay:
@@ -106,6 +138,7 @@ class LocalRay:
                        log_to_driver=False, configure_logging=False,
                        runtime_env={"env_vars": {"PYTHONPATH": path}})
         self.address: str = ctx.address_info["gcs_address"]
+        self._reaper, self._reaper_fd = _start_reaper(self.temp_dir, path)
 
     def join_env(self) -> dict[str, str]:
         """What another process on this machine needs in its environment to join with ``address``."""
@@ -113,6 +146,11 @@ class LocalRay:
 
     def close(self) -> None:
         ray.shutdown()
+        os.close(self._reaper_fd)  # the reaper sweeps what shutdown left, and the temp dir
+        try:
+            self._reaper.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
         for k, v in self._saved_env.items():
             if v is None:
                 os.environ.pop(k, None)
@@ -134,7 +172,12 @@ class RayPool:
             if address is None:
                 self._local = LocalRay(num_cpus or os.cpu_count() or 1, temp_dir, num_gpus)
             else:
-                ray.init(address=address, log_to_driver=False)
+                check_address(address)
+                try:
+                    ray.init(address=address, log_to_driver=False)
+                except ConnectionError as e:
+                    raise DimrError(f"cannot join Ray at --ray-address {address} ({str(e).splitlines()[0]}); "
+                                    "start the cluster (`ray start --head`) or fix the address") from None
             self._connected = True
         resources = ray.cluster_resources()
         gpus = int(resources.get("GPU", 0))

@@ -42,3 +42,27 @@ class SleepActor:
 
     def block_influence(self) -> list[float]:
         return [1.0 + i / self.spec.num_layers for i in range(self.spec.num_layers)]
+
+
+class SleepEvaluator:
+    """The `Evaluator` interface in-process over one `SleepActor`: one slot, no model, no Ray."""
+
+    slots = 1
+
+    def __init__(self, spec: SleepSpec = SleepSpec()):
+        self.actor, self.num_layers = SleepActor(spec, "local"), spec.num_layers
+        self._queue: list[tuple[int, tuple[bool, ...]]] = []
+
+    def submit(self, ticket: int, mask: tuple[bool, ...]) -> None:
+        self._queue.append((ticket, tuple(mask)))
+
+    def wait(self, timeout: float | None = None) -> list[tuple[int, Evaluation]]:
+        out = [(t, self.actor.score(m)) for t, m in self._queue]
+        self._queue.clear()
+        return out
+
+    def block_influence(self) -> list[float]:
+        return self.actor.block_influence()
+
+    def close(self) -> None:
+        pass

@@ -47,15 +47,18 @@ class Decoder:
              pairs_file: Path | None = None, mask: Sequence[bool] | None = None, compiled: bool = False) -> Decoder:
         """Load ``pair``'s models on ``device``; the slim verifier from a slim config (or a raw ``mask``)."""
         from dimr.pairs import get_pair, load_model, load_tokenizer, pick_device
+        from dimr.slim_config import apply_slim_config, check_pair, load_slim_config
 
         p = get_pair(pair, pairs_file)
         dev = pick_device(device)
+        cfg = None
+        if slim is not None:  # checked before any weights load
+            cfg = load_slim_config(Path(slim))
+            check_pair(cfg, p)
         verifier = load_model(p, "verifier", dev)
         slim_model = None
-        if slim is not None:
-            from dimr.slim_config import apply_slim_config, load_slim_config
-
-            slim_model = apply_slim_config(load_slim_config(Path(slim)), verifier)
+        if cfg is not None:
+            slim_model = apply_slim_config(cfg, verifier)
         elif mask is not None:
             from dimr.slim import slim_verifier
 

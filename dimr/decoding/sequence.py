@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
@@ -50,11 +51,17 @@ class DecodeConfig:
     thresholds: Thresholds = Thresholds()
 
     def __post_init__(self) -> None:
+        finite = {"temperature": self.temperature, "top_p": self.top_p, "draft_stop": self.draft_stop,
+                  **{f"{k} threshold": v for k, v in vars(self.thresholds).items()}}
+        problems = [f"{k} {v} is not a finite number" for k, v in finite.items() if not math.isfinite(v)]
+        if problems:
+            raise DimrError("; ".join(problems) + "; fix the decoding options")
         problems = [msg for bad, msg in (
             (self.gamma < 1, f"gamma {self.gamma} must be at least 1"),
             (self.max_new_tokens < 0, f"max_new_tokens {self.max_new_tokens} must not be negative"),
             (self.temperature < 0, f"temperature {self.temperature} must be 0 (greedy) or positive"),
             (not 0 < self.top_p <= 1, f"top_p {self.top_p} must be in (0, 1]"),
+            (self.draft_stop < 0, f"draft_stop {self.draft_stop} must not be negative"),
         ) if bad]
         if problems:
             raise DimrError("; ".join(problems) + "; fix the decoding options")

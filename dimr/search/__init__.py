@@ -20,7 +20,7 @@ from pathlib import Path
 import optuna
 
 from dimr.errors import DimrError
-from dimr.search.driver import BATCH_MAX, Driver
+from dimr.search.driver import BATCH_MAX, Driver, SearchInterrupted
 from dimr.search.settings import (
     SEEDS_ATTR,
     SETTINGS_ATTR,
@@ -34,7 +34,8 @@ from dimr.search.settings import (
 from dimr.search.study import open_study
 from workers.base import Evaluator
 
-__all__ = ["BATCH_MAX", "SEEDS_ATTR", "SETTINGS_ATTR", "Search", "SearchOptions", "SearchResult", "StudySettings",
+__all__ = ["BATCH_MAX", "SEEDS_ATTR", "SETTINGS_ATTR", "Search", "SearchInterrupted", "SearchOptions",
+           "SearchResult", "StudySettings",
            "check_mask_space", "check_resume", "run_search", "stored_settings"]
 
 
@@ -46,7 +47,12 @@ class Search(Driver):
                  on_result: Callable[[int, int, float | None], None] | None = None):
         if evaluator.num_layers != settings.num_layers:
             raise ValueError("evaluator and settings disagree on the number of layers")
-        study, store, sampler = open_study(storage, study_name, settings, options, evaluator)
+        from storage.rdb import StorageLost, retrying
+
+        try:
+            study, store, sampler = retrying(open_study, storage, study_name, settings, options, evaluator)
+        except StorageLost as e:
+            raise DimrError(str(e)) from None
         super().__init__(study, store, sampler, settings, options, evaluator, on_result)
 
 
@@ -63,11 +69,21 @@ def run_search(pair: str, budget: str | float | int = 0.25, *, trials: int = 50,
     ``study`` defaults to ``PAIR-skipK-COST``. See `dimr search --help` for the rest."""
     from dimr.calibration import load_calibration
     from dimr.masks import parse_budget
-    from dimr.pairs import get_pair, load_tokenizer, num_verifier_layers
+    from dimr.pairs import get_pair, load_tokenizer, num_verifier_layers, pick_device, verifier_config
+    from dimr.slim import check_family
     from storage import StorageError, open_storage
     from workers import EvalSpec, make_evaluator
 
+    if study is not None and not study.strip():
+        raise DimrError("--study is empty; give a study name, or leave it out for PAIR-skipK-COST")
     p = get_pair(pair, pairs_file)
+    check_family(verifier_config(p), f" (verifier of pair {p.name!r})")
+    if device is not None:
+        pick_device(device)
+    if ray_address is not None:
+        from workers.ray_pool import check_address
+
+        check_address(ray_address)
     b = parse_budget(budget, num_verifier_layers(p))
     check_mask_space(b, objective, trials)
     calib = load_calibration(calibration or p.calibration, load_tokenizer(p), num_sequences, seq_len)

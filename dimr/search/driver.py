@@ -23,7 +23,7 @@ from dimr.search import pareto
 from dimr.search.recovery import recover
 from dimr.search.sampler import BudgetSampler
 from dimr.search.settings import SearchOptions, SearchResult, StudySettings
-from storage.rdb import HEARTBEAT_S
+from storage.rdb import HEARTBEAT_S, StorageLost, fault_of, retrying
 from storage.store import TrialStore
 from storage.trials import Started
 from workers.base import Evaluation, Evaluator
@@ -37,6 +37,14 @@ def new_trial(number: int) -> FrozenTrial:
     return FrozenTrial(number=number, state=TrialState.RUNNING, value=None, datetime_start=datetime.now(),
                        datetime_complete=None, params={}, distributions={}, user_attrs={}, system_attrs={},
                        intermediate_values={}, trial_id=-1)
+
+
+class SearchInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a search, after the trials in flight were handed back: ``result`` says what is saved."""
+
+    def __init__(self, result: SearchResult):
+        super().__init__(f"interrupted; study {result.study} keeps {result.complete} complete trials")
+        self.result = result
 
 
 class Driver:
@@ -66,6 +74,9 @@ class Driver:
 
     def _check(self) -> None:
         self._next_check = time.monotonic() + CHECK_EVERY_S
+        with self._lock:
+            mine = [t for t, _ in self._inflight.values()]
+        self.store.beat(mine)  # first: after an outage, our own trials must not look stale to the recovery
         self._note_best(self._best())
         self.result.retried += recover(self.study, self.store, self._inflight)
 
@@ -131,23 +142,33 @@ class Driver:
         return claim.held
 
     def _tell(self, ticket: int, outcome: Evaluation | BaseException) -> None:
-        with self._lock:
-            trial, mask = self._inflight.pop(ticket)
+        """Record one result; safe to call again after a database fault (the trial leaves ``_inflight`` only
+        once written, and a trial found finished, by an earlier try or another driver, is not written twice)."""
+        trial, mask = self._inflight[ticket]
         key = mask_key(mask)
         if isinstance(outcome, BaseException):  # FAIL with the error, the mask released: one transaction
             self.store.fail(trial, key, {"error": f"{type(outcome).__name__}: {outcome}"[:500]})
+            self._forget(ticket)
             self.sampler.after_trial(self.study, trial, TrialState.FAIL, None)
             self._next_check = 0.0  # queue the mask again before the next ask takes a new one
             return
         told = pareto.objective_values(self.settings.objective, outcome.cost, mask)
         values = told if isinstance(told, list) else [told]
         if all(math.isfinite(v) for v in values):  # the common case: one transaction, no read-back
-            self.store.finish(trial, key, values, outcome.metrics())
+            done = self.store.finish(trial, key, values, outcome.metrics())
+            self._forget(ticket)
+            if done is None:  # failed meanwhile (stale heartbeat during an outage): its mask is retried
+                return
             self.sampler.after_trial(self.study, trial, TrialState.COMPLETE, values)
         else:
             self.store.finish_non_finite(self.study, trial, key, told, outcome.cost, outcome.metrics())
+            self._forget(ticket)
         self._note_best(outcome.cost)
         self.result.evaluated += 1
+
+    def _forget(self, ticket: int) -> None:
+        with self._lock:
+            self._inflight.pop(ticket, None)
 
     def _heartbeat(self, stop: threading.Event) -> None:
         while not stop.wait(HEARTBEAT_S / 2):
@@ -159,46 +180,63 @@ class Driver:
                 pass
 
     def run(self) -> SearchResult:
+        """Drive the study to ``options.trials`` complete masks. A database fault is retried for a bounded
+        time (`storage.rdb.retrying`); then one line (DimrError), the trials in flight left to the next run."""
+        try:
+            try:
+                self._loop()
+            except KeyboardInterrupt:
+                raise SearchInterrupted(retrying(self._summary)) from None
+            return retrying(self._summary)
+        except StorageLost as e:
+            raise DimrError(str(e)) from None
+
+    def _loop(self) -> None:
         target = self.options.trials
         stop = threading.Event()
         threading.Thread(target=self._heartbeat, args=(stop,), daemon=True).start()
         try:
-            self._check()
+            retrying(self._check)
             while True:
                 if self.evaluator.slots < 1:
                     raise DimrError("every evaluation worker is gone; check the workers' logs and run again")
-                complete, elsewhere = self.store.counts()
+                complete, elsewhere = retrying(self.store.counts)
                 self.on_result(complete, target, self._best_cost)
                 held = complete + elsewhere
                 # Slots, plus the masks an evaluator wants queued behind them (`Evaluator.ahead`): a freed worker
                 # then starts its next mask at once instead of waiting for this loop.
                 cap = self.evaluator.slots + getattr(self.evaluator, "ahead", 0)
                 while len(self._inflight) < cap and held < target:
-                    held = self._ask(min(cap - len(self._inflight), target - held, BATCH_MAX))
+                    held = retrying(self._ask, min(cap - len(self._inflight), target - held, BATCH_MAX))
                 if not self._inflight:
                     if complete >= target:
                         break
                     time.sleep(1.0)  # other drivers hold the remaining trials: wait for them or their death
-                    self._check()
+                    retrying(self._check)
                     continue
                 for ticket, outcome in self.evaluator.wait(timeout=HEARTBEAT_S):
                     if ticket in self._inflight:  # else a mask an interrupted earlier run left in a reused pool
-                        self._tell(ticket, outcome)
+                        retrying(self._tell, ticket, outcome)
                 if time.monotonic() >= self._next_check:  # scans every RUNNING trial: not after every result
-                    self._check()
+                    retrying(self._check)
         finally:
             stop.set()
             self._hand_back()
-        return self._summary()
 
     def _hand_back(self) -> None:
-        """Interrupted: FAIL the trials in flight and release their masks for the next run."""
+        """Interrupted: FAIL the trials in flight and release their masks for the next run. With the database
+        gone, leave them: the next run fails them (their driver is dead) and retries their masks."""
         with self._lock:
             leftovers = list(self._inflight.values())
             self._inflight.clear()
         for trial, mask in leftovers:
-            if self.store.fail(trial, mask_key(mask)) is not None:
-                self.sampler.after_trial(self.study, trial, TrialState.FAIL, None)
+            try:
+                if self.store.fail(trial, mask_key(mask)) is not None:
+                    self.sampler.after_trial(self.study, trial, TrialState.FAIL, None)
+            except Exception as e:  # noqa: BLE001 - only database faults are left to the next run
+                if fault_of(e) is None:
+                    raise
+                return
 
     def _summary(self) -> SearchResult:
         self.result.complete, _ = self.store.counts()

@@ -4,7 +4,6 @@ anything is written: the mask space, the study name, resuming with the stored se
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import asdict, dataclass, field
 
 import optuna
@@ -14,7 +13,6 @@ from dimr.masks import Budget
 
 SETTINGS_ATTR = "dimr_settings"
 SEEDS_ATTR = "dimr_seeds"
-SETUP_WAIT_S = 30.0  # how long a driver waits for a concurrent driver to finish creating the study
 OBJECTIVES = ("cost", "pareto")
 
 
@@ -92,23 +90,14 @@ def check_mask_space(budget: Budget, objective: str, trials: int) -> None:
         raise DimrError(f"only {n} masks {what}; ask for at most that many --trials")
 
 
-def stored_settings(storage: optuna.storages.BaseStorage, study_name: str,
-                    wait_s: float = SETUP_WAIT_S) -> dict | None:
-    """The settings of an existing study, or None if there is no such study. Writes nothing.
-
-    A study that another driver is setting up right now (created, seeds not yet recorded) is waited for,
-    up to ``wait_s``: concurrent drivers started on a new study must all see its settings.
-    """
+def stored_settings(storage: optuna.storages.BaseStorage, study_name: str) -> dict | None:
+    """The settings of an existing study ({} if dimr did not make it), or None if there is no such study.
+    Writes nothing. A dimr study is created with its settings in one transaction, so there is nothing to wait for."""
     try:
         study_id = storage.get_study_id_from_name(study_name)
     except KeyError:
         return None
-    deadline = time.monotonic() + wait_s
-    while True:
-        attrs = storage.get_study_user_attrs(study_id)
-        if SEEDS_ATTR in attrs or time.monotonic() >= deadline:
-            return attrs.get(SETTINGS_ATTR, {})
-        time.sleep(0.2)
+    return storage.get_study_user_attrs(study_id).get(SETTINGS_ATTR, {})
 
 
 def check_resume(stored: dict | None, settings: StudySettings, study_name: str) -> None:

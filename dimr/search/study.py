@@ -1,7 +1,9 @@
 """Opening a study for a search: the creation race between drivers, the settings, the heuristic seeds.
 
-Seeds are computed first, then the study is created atomically: exactly one of several concurrent drivers
-creates it and records settings and seeds; the others wait for them (`stored_settings`) and check them.
+Seeds are computed first, then the study, its settings and its seeds are written in one transaction
+(`storage.trials.create_study`): a driver killed at any point of the set-up leaves either no study or all of
+it, so a rerun never waits for a set-up nobody will finish. Of several concurrent drivers exactly one
+creates the study; the others read its settings and check them.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ from dimr.search.proposers import make_proposer
 from dimr.search.recovery import owner_id
 from dimr.search.sampler import BudgetSampler
 from dimr.search.settings import SEEDS_ATTR, SETTINGS_ATTR, SearchOptions, StudySettings, check_resume, stored_settings
+from storage import crash
 from storage.store import TrialStore
+from storage.trials import create_study
 from workers.base import Evaluator
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -34,26 +38,23 @@ def open_study(storage: optuna.storages.RDBStorage, study_name: str, settings: S
                             startup=options.startup_trials, seed=options.seed,
                             skips=settings.skips if settings.objective == "pareto" else ())
     directions = pareto.directions(settings.objective)
-    created = False
+    created = None
     if stored is None:
+        from dataclasses import asdict
+
         influence = evaluator.block_influence()
         seeds = list({m: (n, m) for k in settings.skips
                       for n, m in heuristics.seed_masks(Budget(settings.num_layers, k), influence)}.values())
-        try:
-            storage.create_new_study(directions, study_name)
-            created = True
-        except optuna.exceptions.DuplicatedStudyError:
+        crash.point("setup:before-create")
+        attrs = {SETTINGS_ATTR: asdict(settings), SEEDS_ATTR: len(seeds)}
+        created = create_study(storage, study_name, directions, attrs,
+                               [(mask_to_params(m), {"phase": "seed", "heuristic": n}) for n, m in seeds])
+        if created is None:  # another driver created it first
             check_resume(stored_settings(storage, study_name), settings, study_name)
     store = TrialStore(storage, mask_space(settings.num_layers), owner_id())
-    study = optuna.create_study(storage=store.view, study_name=study_name, sampler=sampler, directions=directions,
-                                load_if_exists=True)
+    study = optuna.load_study(storage=store.view, study_name=study_name, sampler=sampler)
     store.attach(study)
-    if created:
-        from dataclasses import asdict
-
-        study.set_user_attr(SETTINGS_ATTR, asdict(settings))
-        for name, mask in seeds:
-            study.enqueue_trial(mask_to_params(mask), user_attrs={"phase": "seed", "heuristic": name})
-        study.set_user_attr(SEEDS_ATTR, len(seeds))
+    for trial in created[1] if created else ():  # the seeds as written: the driver never reads them back
+        store.view.remember(store.study_id, trial)
     sampler.first_search_trial = study.user_attrs.get(SEEDS_ATTR, 0)
     return study, store, sampler

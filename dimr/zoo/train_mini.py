@@ -387,7 +387,7 @@ def _stage_worker(rank: int, name: str, cfg: RunConfig) -> None:
     ckpt = cfg.work / f"{name}.ckpt"
     step, elapsed, losses = 0, 0.0, []
     if ckpt.exists():
-        state = torch.load(ckpt, weights_only=False)
+        state = load_checkpoint(ckpt)
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         step, elapsed, losses = state["step"], state["elapsed"], state["losses"]
@@ -445,6 +445,11 @@ def _stage_worker(rank: int, name: str, cfg: RunConfig) -> None:
         log(f"{name}: done, {step} steps, {record['tokens'] / 1e6:.2f}M tokens, {elapsed / 60:.1f} min")
     dist.barrier()
     dist.destroy_process_group()
+
+
+def load_checkpoint(path: Path) -> dict:
+    """A checkpoint `_checkpoint` wrote, read with ``weights_only=True``: tensors and plain values, never code."""
+    return torch.load(path, weights_only=True)
 
 
 def _checkpoint(path: Path, model, opt, step: int, elapsed: float, losses: list) -> None:
