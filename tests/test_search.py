@@ -345,3 +345,12 @@ def test_run_search_is_the_python_api_and_resumes(tmp_path):
     with pytest.raises(DimrError, match="only 8 masks"):
         run_search("tiny-random", 1, trials=9, **{**kw, "storage": f"sqlite:///{tmp_path}/never.db"})
     assert not (tmp_path / "never.db").exists()
+
+
+def test_search_refuses_more_trials_than_masks_before_writing(tmp_path, setup):
+    """`Search` from Python checks the mask space as `run_search` does (else it would prune forever)."""
+    settings, spec = setup
+    url = f"sqlite:///{tmp_path}/full.db"
+    with pytest.raises(DimrError, match="only 56 masks"):
+        Search(open_storage(url), "s", settings, SearchOptions(57, 0, "random", 0), CountingEvaluator(spec))
+    assert optuna.get_all_study_summaries(open_storage(url)) == []

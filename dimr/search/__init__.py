@@ -47,6 +47,7 @@ class Search(Driver):
                  on_result: Callable[[int, int, float | None], None] | None = None):
         if evaluator.num_layers != settings.num_layers:
             raise ValueError("evaluator and settings disagree on the number of layers")
+        check_mask_space(settings.budget, settings.objective, options.trials)  # else it would prune forever
         from storage.rdb import StorageLost, retrying
 
         try:
