@@ -125,3 +125,86 @@ def neighbour(mask: Mask, rng: np.random.Generator) -> Mask:
     k = int(rng.choice([j for j, b in enumerate(bits) if b]))
     bits[i], bits[k] = True, False
     return tuple(bits)
+
+
+# --- sublayer masks ------------------------------------------------------------------------------------
+#
+# A *sublayer mask* decides each layer's attention and MLP on their own (2 bits a layer). Its key has one
+# char per layer: "1" runs both, "a" attention only, "m" MLP only, "0" neither. A whole-layer key is the
+# special case without "a"/"m", so every layer-mask key reads as the same sublayer mask.
+
+SUBLAYER_CHARS = {(True, True): "1", (True, False): "a", (False, True): "m", (False, False): "0"}
+_CHAR_BITS = {c: bits for bits, c in SUBLAYER_CHARS.items()}
+ATTN_PARAM = "attn_{:02d}"
+MLP_PARAM = "mlp_{:02d}"
+
+
+@dataclass(frozen=True)
+class SublayerMask:
+    """Per layer: does its attention run (``attn``), does its MLP run (``mlp``)."""
+
+    attn: Mask
+    mlp: Mask
+
+    def __post_init__(self) -> None:
+        if len(self.attn) != len(self.mlp):
+            raise ValueError(f"attn has {len(self.attn)} bits but mlp has {len(self.mlp)}")
+        object.__setattr__(self, "attn", tuple(bool(b) for b in self.attn))
+        object.__setattr__(self, "mlp", tuple(bool(b) for b in self.mlp))
+
+    @classmethod
+    def from_layer_mask(cls, mask: Sequence[bool]) -> SublayerMask:
+        return cls(tuple(mask), tuple(mask))
+
+    @classmethod
+    def from_key(cls, key: str) -> SublayerMask:
+        if not key or set(key) - set(_CHAR_BITS):
+            raise DimrError(f"sublayer mask {key!r} is not a string of 1/a/m/0; write one char per layer: "
+                            "1 (both run), a (attention only), m (MLP only), 0 (skip)")
+        return cls(tuple(_CHAR_BITS[c][0] for c in key), tuple(_CHAR_BITS[c][1] for c in key))
+
+    def __len__(self) -> int:
+        return len(self.attn)
+
+    @property
+    def key(self) -> str:
+        return "".join(SUBLAYER_CHARS[bits] for bits in zip(self.attn, self.mlp, strict=True))
+
+    @property
+    def is_layer_mask(self) -> bool:
+        """True if every layer runs both sublayers or neither."""
+        return self.attn == self.mlp
+
+    def layer_mask(self) -> Mask:
+        """The equivalent whole-layer mask; ValueError if some layer runs only one sublayer."""
+        if not self.is_layer_mask:
+            raise ValueError(f"sublayer mask {self.key} runs some layer only in part")
+        return self.attn
+
+    def first_partial(self) -> int:
+        """Index of the first layer that does not run in full, or ``len(self)`` if none."""
+        return next((i for i, (a, m) in enumerate(zip(self.attn, self.mlp, strict=True)) if not (a and m)),
+                    len(self))
+
+    def runs_nothing(self) -> bool:
+        return not any(self.attn) and not any(self.mlp)
+
+
+def as_sublayer_mask(mask: Sequence[bool] | SublayerMask) -> SublayerMask:
+    """A layer mask as the sublayer mask that runs both or neither sublayer of each layer."""
+    return mask if isinstance(mask, SublayerMask) else SublayerMask.from_layer_mask(mask)
+
+
+def sublayer_space(num_layers: int) -> dict[str, CategoricalDistribution]:
+    """The Optuna search space of sublayer masks: ``attn_07`` and ``mlp_07`` (0/1) per layer."""
+    return {p.format(i): BIT for i in range(num_layers) for p in (ATTN_PARAM, MLP_PARAM)}
+
+
+def params_to_sublayer_mask(params: dict, num_layers: int) -> SublayerMask:
+    return SublayerMask(tuple(bool(params[ATTN_PARAM.format(i)]) for i in range(num_layers)),
+                        tuple(bool(params[MLP_PARAM.format(i)]) for i in range(num_layers)))
+
+
+def sublayer_mask_to_params(mask: SublayerMask) -> dict[str, int]:
+    return {p.format(i): int(bits[i]) for i in range(len(mask))
+            for p, bits in ((ATTN_PARAM, mask.attn), (MLP_PARAM, mask.mlp))}
