@@ -418,6 +418,9 @@ def slim_verifier(model: nn.Module, mask: MaskLike) -> nn.Module:
     if sub.runs_nothing():
         raise DimrError(f"{'sublayer' if isinstance(mask, SublayerMask) else 'layer'} mask keeps no layer; "
                         "keep at least one")
+    if not any(sub.attn):
+        # Its one cache slot would never fill, so cache.get_seq_length() (positions, generate) would stay 0.
+        raise DimrError(f"sublayer mask {sub.key} runs no attention; keep at least one layer's attention")
     return _build_slim(model, sub)
 
 
