@@ -160,7 +160,7 @@ def _check_mask(model: nn.Module, mask: MaskLike) -> SublayerMask:
 # --- sublayers -----------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class _Form:
+class SublayerForm:
     """Names of the modules around a layer's attention and MLP (None: absent)."""
 
     attn_pre: str | None
@@ -171,7 +171,7 @@ class _Form:
     mlp_drop: str | None
 
 
-def _detect_form(layer: nn.Module) -> _Form | str:
+def _detect_form(layer: nn.Module) -> SublayerForm | str:
     """How ``layer`` splits into residual sublayers, read from its children; a reason string if it cannot."""
     names = {name for name, _ in layer.named_children()}
     missing = [name for name in ("self_attn", "mlp") if name not in names]
@@ -185,16 +185,16 @@ def _detect_form(layer: nn.Module) -> _Form | str:
     if has("pre_feedforward_layernorm") or has("post_feedforward_layernorm"):
         # Gemma 2/3 (norms before and after both) and OLMo 2 (norms after both): the attention output is
         # normed, the MLP's input by pre_feedforward_layernorm if any.
-        return _Form(has("input_layernorm"), has("post_attention_layernorm"), drops[0],
+        return SublayerForm(has("input_layernorm"), has("post_attention_layernorm"), drops[0],
                      has("pre_feedforward_layernorm"), has("post_feedforward_layernorm"), drops[1])
     # Pre-norm (Llama and most): post_attention_layernorm is the MLP's input norm.
-    return _Form(has("input_layernorm"), None, drops[0], has("post_attention_layernorm"), None, drops[1])
+    return SublayerForm(has("input_layernorm"), None, drops[0], has("post_attention_layernorm"), None, drops[1])
 
 
 class _Sublayer(nn.Module):
     """One residual sublayer of a decoder layer, ``h + drop(post(f(pre(h))))``, from the layer's modules."""
 
-    def __init__(self, layer: nn.Module, form: _Form, attention: nn.Module | None = None):
+    def __init__(self, layer: nn.Module, form: SublayerForm, attention: nn.Module | None = None):
         super().__init__()
         self.attention = attention is not None
         pre, post, drop = ((form.attn_pre, form.attn_post, form.attn_drop) if self.attention
@@ -253,12 +253,12 @@ def _unit_class(cls: type) -> type:
     return _UNIT_CLASSES[cls]
 
 
-_FORMS: weakref.WeakKeyDictionary[nn.Module, list[_Form]] = weakref.WeakKeyDictionary()
+_FORMS: weakref.WeakKeyDictionary[nn.Module, list[SublayerForm]] = weakref.WeakKeyDictionary()
 _FORMS_LOCK = threading.Lock()
 
 
 @torch.no_grad()
-def sublayer_forms(model: nn.Module) -> list[_Form]:
+def sublayer_forms(model: nn.Module) -> list[SublayerForm]:
     """Each layer's split into attention and MLP sublayers, checked against the layer's own forward.
 
     The check runs once per model (one forward on 6 tokens): every layer's output must equal its attention
@@ -337,7 +337,7 @@ def _whole_layer(layer: nn.Module, slot: int, cfg) -> nn.Module:
     return new
 
 
-def _unit(layers: nn.ModuleList, forms: list[_Form], anchor: int, parts: list[tuple[str, int]], slot: int,
+def _unit(layers: nn.ModuleList, forms: list[SublayerForm], anchor: int, parts: list[tuple[str, int]], slot: int,
           cfg) -> nn.Module:
     """Slot ``slot``: the sublayers ``parts`` ((kind, layer) in order) as one module of ``anchor``'s class."""
     modules = [_Sublayer(layers[i], forms[i], _attention_for_slot(layers[i], slot, cfg) if kind == "attn"
