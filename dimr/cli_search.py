@@ -100,7 +100,6 @@ def search(
     as_json: bool = typer.Option(False, "--json", help="print the result as JSON"),
 ) -> None:
     """Search a layer mask for the pair's verifier and store every trial in SQL."""
-    from dimr.cli import err_console
     from dimr.search import SearchInterrupted, run_search
 
     columns = [TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
