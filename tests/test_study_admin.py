@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -118,19 +117,6 @@ def test_listing_commands_import_neither_torch_nor_transformers(tmp_path):
     assert p.returncode == 0, p.stderr
     assert "2e-05" in p.stdout, "costs print in significant digits, not 0.0000"
     assert "1101" in p.stdout and "…" not in p.stdout, "a table written to a pipe is never cut"
-
-
-@pytest.mark.parametrize("require, outcome", [("", "SKIPPED [1] tests/test_search.py"),
-                                              ("1", "ERROR tests/test_search.py::test_resume_on_mysql")])
-def test_database_tests_skip_without_a_server_unless_required(tmp_path, require, outcome):
-    env = {**os.environ, "DIMR_TEST_MYSQL": "mysql+pymysql://root@127.0.0.1:1/test", "DIMR_REQUIRE_DB": require,
-           "COLUMNS": "300"}  # pytest cuts the skip reasons to the terminal's width
-    root = Path(__file__).parent.parent
-    p = subprocess.run([sys.executable, "-m", "pytest", "-rsE", "-p", "no:cacheprovider",
-                        "tests/test_search.py::test_resume_on_mysql"], capture_output=True, text=True, env=env,
-                       cwd=root)
-    assert outcome in p.stdout and p.returncode == (1 if require else 0), p.stdout[-2000:]
-    assert "MariaDB is not reachable at mysql+pymysql://root@127.0.0.1:1/test" in p.stdout
 
 
 def test_json_output_is_strict(capsys):
