@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from dimr.cli import console
+from dimr.cli import console, print_json, status
 from dimr.errors import DimrError
 
 
@@ -111,7 +111,8 @@ def decode(pair: str = PAIR, slim: Path = SLIM,
     if mode.value in ("self", "via") and slim is None:
         raise DimrError(f"mode {mode.value} needs a slim verifier; pass --slim slim.json (from `dimr export`)")
     _prepare(threads)
-    decoder = Decoder.load(pair, slim=slim, device=device, pairs_file=pairs_file, compiled=compiled)
+    with status(f"loading pair {pair}"):
+        decoder = Decoder.load(pair, slim=slim, device=device, pairs_file=pairs_file, compiled=compiled)
     from dimr.relaxed import rule_from_cli
 
     rule = rule_from_cli(verify, param or [], head, decoder.draft.model, decoder.full.model)
@@ -119,8 +120,9 @@ def decode(pair: str = PAIR, slim: Path = SLIM,
         config = replace(config, eos_token_ids=decoder.eos_token_ids())
     if compiled:
         encoded = [decoder.encode(text) for text in texts]
-        decoder.warm_up(max(ids.numel() for ids in encoded) + config.max_new_tokens + config.gamma + 1,
-                        [mode.value])
+        with status("compiling the forwards (minutes on a CPU, once per shape)"):
+            decoder.warm_up(max(ids.numel() for ids in encoded) + config.max_new_tokens + config.gamma + 1,
+                            [mode.value])
     results = []
     for text in texts:
         result = decoder.run(decoder.encode(text), mode.value, config, rule)
@@ -131,7 +133,7 @@ def decode(pair: str = PAIR, slim: Path = SLIM,
             if stats:
                 console.print("\n".join(result.stats.lines()), markup=False, highlight=False)
     if as_json:
-        console.print_json(json.dumps(results if prompts is not None else results[0]))
+        print_json(results if prompts is not None else results[0])
 
 
 def bench_decode(pair: str = PAIR, slim: Path = SLIM,
@@ -166,14 +168,17 @@ def bench_decode(pair: str = PAIR, slim: Path = SLIM,
     config = _config(max_new_tokens, gamma, temperature, top_p, seed, accept_threshold, close_threshold,
                      regen_threshold, draft_stop)
     _prepare(threads)
-    decoder = Decoder.load(pair, slim=slim, device=device, pairs_file=pairs_file)
+    with status(f"loading pair {pair}"):
+        decoder = Decoder.load(pair, slim=slim, device=device, pairs_file=pairs_file)
     if not ignore_eos:
         config = replace(config, eos_token_ids=decoder.eos_token_ids())
-    report = run_bench(decoder, texts, wanted, config, hf=hf, compiled=compiled)
+    rows = len(wanted) * (2 if compiled else 1) + (1 if hf else 0)
+    with status(f"benchmarking {rows} rows × {len(texts)} prompts" + (", compiling first" if compiled else "")):
+        report = run_bench(decoder, texts, wanted, config, hf=hf, compiled=compiled)
     if as_json:
         rows = [{"mode": r.mode, "speedup": r.speedup, "predicted_speedup": r.predicted, "nll": r.nll,
                  "same_as_ar": r.same_as_ar, **r.stats.to_dict()} for r in report.rows]
-        console.print_json(json.dumps({"rows": rows, "c_rel": report.c_rel, "prompts": report.prompts}))
+        print_json({"rows": rows, "c_rel": report.c_rel, "prompts": report.prompts})
         return
     console.print(format_table(report), markup=False, highlight=False, soft_wrap=True)
 

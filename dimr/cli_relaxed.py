@@ -6,16 +6,14 @@ lives in ``dimr.cli_decode`` and builds its rule with :func:`dimr.relaxed.rule_f
 
 from __future__ import annotations
 
-import json
-import math
 from pathlib import Path
 
 import typer
 
-from dimr.cli import console
+from dimr.cli import console, print_json
 from dimr.errors import DimrError
 
-diversed_app = typer.Typer(no_args_is_help=True, help="DIVERSED: train a learned ensemble head.")
+diversed_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="DIVERSED: train a learned ensemble head.")
 
 
 def _threads(threads: int | None) -> None:
@@ -135,8 +133,7 @@ def relaxed_methods(as_json: bool = typer.Option(False, "--json")) -> None:
     rows = [{"method": m.name, "param": m.param, "off": m.off, "grid": list(m.grid), "parameters": m.parameters
              if m.name != "lossless" else [], "summary": m.summary} for m in METHODS.values()]
     if as_json:
-        console.print_json(json.dumps(rows, default=lambda x: str(x) if isinstance(x, float) and math.isinf(x)
-                                      else x))
+        print_json(rows)
         return
     for r in rows:
         console.print(f"{r['method']:12s} {r['param'] or '-':10s} off={r['off']!s:5s} grid={r['grid']}  "

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from enum import Enum
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from dimr.cli import console
+from dimr.cli import console, err_console, fmt_cost, note, print_json, quiet, status, storage_option
 from dimr.errors import DimrError
 
 
@@ -40,7 +39,6 @@ class CostName(str, Enum):
     bridge = "bridge"
 
 
-STORAGE_HELP = "SQLAlchemy URL of the study database (sqlite:///dimr.db, postgresql+psycopg://...)"
 PAIRS_FILE_HELP = "TOML file with extra pairs (default: $DIMR_PAIRS or ~/.config/dimr/pairs.toml)"
 
 
@@ -66,7 +64,7 @@ def pairs(pairs_file: Path = typer.Option(None, help=PAIRS_FILE_HELP),
 
     known = list_pairs(pairs_file)
     if as_json:
-        console.print_json(json.dumps([asdict(p) for p in known.values()]))
+        print_json([asdict(p) for p in known.values()])
         return
     table = Table("pair", "draft", "verifier", "dtype", "description")
     for p in known.values():
@@ -91,7 +89,7 @@ def search(
     calibration: str = typer.Option(None, help="local .txt/.jsonl file or name:config:split:field[,...]"),
     num_sequences: int = typer.Option(16, min=1, help="calibration sequences"),
     seq_len: int = typer.Option(128, min=2, help="tokens per calibration sequence"),
-    storage: str = typer.Option("sqlite:///dimr.db", help=STORAGE_HELP),
+    storage: str = storage_option(),
     study: str = typer.Option(None, help="study name (default: PAIR-skipK-COST)"),
     seed: int = typer.Option(0, help="seed of the samplers"),
     workers: int = typer.Option(1, min=1, help="parallel evaluators; more than 1 starts a local Ray instance"),
@@ -102,19 +100,23 @@ def search(
     as_json: bool = typer.Option(False, "--json", help="print the result as JSON"),
 ) -> None:
     """Search a layer mask for the pair's verifier and store every trial in SQL."""
-    from dimr.cli import err_console
     from dimr.search import SearchInterrupted, run_search
 
     columns = [TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("best {task.fields[best]}"), TimeElapsedColumn(), TimeRemainingColumn()]
-    with Progress(*columns, console=console, disable=as_json) as progress:
+    # On a terminal only, and transient: the bar goes when the search ends (the summary line follows).
+    quiet_bar = as_json or quiet() or not err_console.is_terminal
+    with Progress(*columns, console=err_console, disable=quiet_bar, transient=True) as progress:
+        # Loading the pair, the calibration and the reference forward comes before the first result.
+        loading = progress.add_task("loading pair, calibration, reference", total=None, best="-")
         task = None
 
         def on_result(done: int, total: int, best: float | None) -> None:
             nonlocal task
             if task is None:
+                progress.remove_task(loading)
                 task = progress.add_task("search", total=total, best="-")
-            progress.update(task, completed=min(done, total), best=_fmt(best))
+            progress.update(task, completed=min(done, total), best=fmt_cost(best))
 
         try:
             result = run_search(pair, budget, trials=trials, storage=storage, study=study, cost=cost.value,
@@ -132,30 +134,34 @@ def search(
     if as_json:
         from dataclasses import asdict
 
-        console.print_json(json.dumps(asdict(result)))
+        print_json(asdict(result))
     else:
         console.print(f"study {result.study}: {result.complete} complete trials, {result.evaluated} evaluated "
-                      f"now; best cost {_fmt(result.best_cost)} (trial {result.best_trial}, mask {result.best_mask})")
+                      f"now; best cost {fmt_cost(result.best_cost)} (trial {result.best_trial}, mask "
+                      f"{result.best_mask})", markup=False, highlight=False, soft_wrap=True)
 
 
-def studies(storage: str = typer.Option("sqlite:///dimr.db", help=STORAGE_HELP),
+def studies(storage: str = storage_option(),
             as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
     """List the studies in a database."""
     from dimr.studies import list_studies
 
     rows = list_studies(_open(storage, create=False))
     if as_json:
-        console.print_json(json.dumps(rows))
+        print_json(rows)
         return
     table = Table("study", "pair", "cost", "skip", "trials", "best cost", "best mask", "started")
     for r in rows:
-        table.add_row(r["study"], str(r["pair"]), str(r["cost"]), f"{r['skip']}/{r['num_layers']}",
-                      str(r["trials"]), _fmt(r["best_cost"]), str(r["best_mask"]), str(r["started"]))
+        pareto = r.get("front_size") is not None  # a Pareto study has a front, not one best mask
+        table.add_row(r["study"], str(r["pair"]), str(r["cost"]), f"{'1-' if pareto else ''}{r['skip']}/"
+                      f"{r['num_layers']}", str(r["trials"]), fmt_cost(r["best_cost"]),
+                      f"front of {r['front_size']} masks" if pareto else str(r["best_mask"] or "-"),
+                      str(r["started"] or "-"))
     console.print(table)
 
 
 def show(study: str = typer.Argument(..., help="study name"),
-         storage: str = typer.Option("sqlite:///dimr.db", help=STORAGE_HELP),
+         storage: str = storage_option(),
          top: int = typer.Option(5, min=1, help="how many best masks to list"),
          pareto_front: bool = typer.Option(False, "--pareto", help="print the front of cost vs kept layers"),
          as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
@@ -166,18 +172,18 @@ def show(study: str = typer.Argument(..., help="study name"),
     if pareto_front:
         rows = front_rows(loaded)
         if as_json:
-            console.print_json(json.dumps(rows))
+            print_json(rows)
             return
         table = Table("trial", "skipped", "kept", "mask (1 = keep)", "cost", "top-1 agreement", "1 − TV")
         for r in rows:
             table.add_row(str(r["trial"]), str(r["skipped"]), f"{r['kept_fraction']:.3f}", str(r["mask"]),
-                          _fmt(r["cost"]), _fmt(r["top1_agreement"]), _fmt(r["expected_acceptance"]))
+                          fmt_cost(r["cost"]), _fmt(r["top1_agreement"]), _fmt(r["expected_acceptance"]))
         console.print(f"{study}: Pareto front of cost vs kept layers ({len(rows)} masks)")
         console.print(table)
         return
     s = summarize(loaded, top=top)
     if as_json:
-        console.print_json(json.dumps(s))
+        print_json(s)
         return
     cfg, t = s["settings"], s["timings"]
     console.print(f"{s['study']}  pair {cfg.get('pair')}  cost {cfg.get('cost')}  "
@@ -189,28 +195,69 @@ def show(study: str = typer.Argument(..., help="study name"),
                   f"total {_fmt(t['total_eval_s'], '.1f')} s, wall {_fmt(t['wall_s'], '.1f')} s")
     table = Table("trial", "mask (1 = keep)", "cost", "top-1 agreement", "1 − TV", "phase")
     for r in s["best"]:
-        table.add_row(str(r["trial"]), str(r["mask"]), _fmt(r["cost"]), _fmt(r["top1_agreement"]),
+        table.add_row(str(r["trial"]), str(r["mask"]), fmt_cost(r["cost"]), _fmt(r["top1_agreement"]),
                       _fmt(r["expected_acceptance"]), str(r["phase"]))
     console.print(table)
 
 
+class ExportFormat(str, Enum):
+    slim = "slim"
+    hf = "hf"
+
+
 def export(study: str = typer.Argument(..., help="study name"),
-           output: Path = typer.Option(..., "-o", "--output", help="where to write the slim config (JSON)"),
+           output: str = typer.Option(..., "-o", "--output", help="slim: the JSON file to write (- for stdout); "
+                                      "hf: a new directory for the checkpoint"),
+           fmt: ExportFormat = typer.Option(ExportFormat.slim, "--format", help="slim: the slim config (JSON); hf: "
+                                            "a standalone Hugging Face checkpoint of the slim verifier"),
            trial: int = typer.Option(None, help="export this trial instead of the best"),
            budget: str = typer.Option(None, help="pick from the study's front the lowest-cost mask skipping at "
                                       "least this many layers (a count, or a fraction of the layers)"),
-           storage: str = typer.Option("sqlite:///dimr.db", help=STORAGE_HELP)) -> None:
-    """Publish a study's mask as a slim config."""
-    from dimr.studies import export_slim_config, load_study, pick_for_budget
+           storage: str = storage_option(),
+           device: str = typer.Option("cpu", help="--format hf: where the verifier is loaded to cut it"),
+           pairs_file: Path = typer.Option(None, help=PAIRS_FILE_HELP),
+           as_json: bool = typer.Option(False, "--json", help="print what was exported as JSON")) -> None:
+    """Publish a study's mask: a slim config, or a standalone checkpoint (--format hf)."""
+    from dimr.search import pareto
+    from dimr.studies import load_study, pick_for_budget, slim_config_for
 
+    to_stdout = output == "-"
+    if to_stdout and (fmt is ExportFormat.hf or as_json):
+        raise DimrError("-o - writes the slim config itself to stdout; give a directory for --format hf, "
+                        "and drop --json")
+    if fmt is ExportFormat.hf:
+        from dimr.serving import check_output_dir
+
+        check_output_dir(output)
+    elif not to_stdout and not Path(output).parent.resolve().is_dir():
+        raise DimrError(f"cannot write {output}: directory {Path(output).parent} does not exist; create it")
     loaded = load_study(_open(storage, create=False), study)
     if budget is not None:
         if trial is not None:
             raise DimrError("give --trial or --budget, not both")
         trial = pick_for_budget(loaded, budget).number
-    cfg = export_slim_config(loaded, output, trial)
-    console.print(f"wrote {output}: trial {cfg.trial}, kept {len(cfg.kept_layers)}/{cfg.num_layers} layers, "
-                  f"cost {_fmt(cfg.metrics.get('cost'))}")
+    elif trial is None and len(loaded.directions) > 1:
+        trial = pareto.knee(loaded).number
+        note(f"study {study} is a Pareto study: exporting the knee of its front (trial {trial}); pass --budget "
+             f"to pick another point (`dimr show {study} --pareto` lists the front)")
+    cfg = slim_config_for(loaded, trial)
+    if to_stdout:
+        typer.echo(cfg.to_json(), nl=False)
+        return
+    if fmt is ExportFormat.hf:
+        from dimr.serving import export_hf
+
+        with status("exporting") as spinner:
+            export_hf(cfg, output, pairs_file=pairs_file, device=device, on_step=spinner and spinner.update)
+    else:
+        cfg.save(output)
+    summary = {"output": str(output), "format": fmt.value, "study": cfg.study, "trial": cfg.trial, "mask": cfg.mask,
+               "kept_layers": cfg.kept_layers, "num_layers": cfg.num_layers, "cost": cfg.metrics.get("cost")}
+    if as_json:
+        print_json(summary)
+    else:
+        console.print(f"wrote {output}: trial {cfg.trial}, kept {len(cfg.kept_layers)}/{cfg.num_layers} layers, "
+                      f"cost {fmt_cost(cfg.metrics.get('cost'))}", markup=False, highlight=False, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -7,19 +7,40 @@ from pathlib import Path
 
 import typer
 
+from dimr.cli import note
 from dimr.errors import DimrError
+
+# dimr.zoo's MINI_DIR and DATA_DIR, named without importing dimr.zoo (and torch) for every command.
+MINI_DIR = Path(__file__).parent / "zoo" / "mini"
+DATA_DIR = Path(__file__).parent / "zoo" / "data"
+
+
+def train_paths(output: Path | None, data_dir: Path | None, work: Path | None,
+                quick: bool) -> tuple[Path, Path, Path]:
+    """Where `train-mini` writes: the shipped pair by default, a scratch directory under $DIMR_HOME with
+    ``--quick`` (a smoke test must never overwrite the shipped models)."""
+    from dimr.paths import dimr_home
+
+    if output is None:
+        output = dimr_home() / "mini-quick" if quick else MINI_DIR
+    if data_dir is None:
+        data_dir = output / "data" if quick else DATA_DIR
+    if work is None:
+        work = dimr_home() / ("mini-work-quick" if quick else "mini-work")
+    return output, data_dir, work
 
 
 def register(app: typer.Typer) -> None:
     """Add the ``zoo`` sub-command group to ``app``."""
-    from dimr import zoo
-
-    zoo_app = typer.Typer(no_args_is_help=True, help="The local model zoo: the shipped mini pair.")
+    zoo_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
+                          help="The local model zoo: the shipped mini pair.")
 
     @zoo_app.command("train-mini")
     def train_mini(
-        output: Path = typer.Option(zoo.MINI_DIR, help="Where the pair (both models, tokenizer) is written."),
-        data_dir: Path = typer.Option(zoo.DATA_DIR, help="Where the evaluation files are written."),
+        output: Path = typer.Option(None, help="Where the pair (both models, tokenizer) is written (default: the "
+                                    "shipped mini pair; with --quick, $DIMR_HOME/mini-quick)."),
+        data_dir: Path = typer.Option(None, help="Where the evaluation files are written (default: the shipped "
+                                      "data; with --quick, OUTPUT/data)."),
         work: Path = typer.Option(None, help="Scratch dir for corpus and checkpoints (default: $DIMR_HOME/mini-work)."),
         seed: int = typer.Option(1234, help="Seed for data, init and batches."),
         seed_minutes: float = typer.Option(None, help="Seed (2-layer) wall-clock budget (default in train_mini.py)."),
@@ -33,10 +54,9 @@ def register(app: typer.Typer) -> None:
 
         if steps is not None and steps <= 0:
             raise DimrError(f"--steps must be positive, got {steps}")
-        if work is None:
-            from dimr.paths import dimr_home
-
-            work = dimr_home() / ("mini-work-quick" if quick else "mini-work")
+        output, data_dir, work = train_paths(output, data_dir, work, quick)
+        if quick:
+            note(f"--quick writes to {output} (the shipped pair stays as it is)")
         cfg = tm.quick_config(output, data_dir, work, seed) if quick else tm.RunConfig(output, data_dir, work, seed)
         if steps is not None:
             cfg.steps = steps
@@ -51,8 +71,8 @@ def register(app: typer.Typer) -> None:
 
     @zoo_app.command("eval-mini")
     def eval_mini(
-        model_dir: Path = typer.Option(zoo.MINI_DIR, help="Directory with draft/ and verifier/."),
-        data_dir: Path = typer.Option(zoo.DATA_DIR, help="Directory with the held-out files."),
+        model_dir: Path = typer.Option(MINI_DIR, help="Directory with draft/ and verifier/."),
+        data_dir: Path = typer.Option(DATA_DIR, help="Directory with the held-out files."),
         quick: bool = typer.Option(False, help="Evaluate on a few records only."),
         write: bool = typer.Option(False, help="Store the result in MODEL_DIR/metrics.json and rehash."),
     ) -> None:

@@ -13,17 +13,41 @@ from dimr.search import SEEDS_ATTR, SETTINGS_ATTR, pareto
 
 
 def list_studies(storage: optuna.storages.BaseStorage) -> list[dict]:
+    """One row per study. A Pareto study has no single best trial: its row gives the front's size and its
+    lowest cost instead (``front_size`` is None for a single-objective study)."""
     out = []
     for s in optuna.get_all_study_summaries(storage, include_best_trial=True):
         settings = s.user_attrs.get(SETTINGS_ATTR, {})
-        best = s.best_trial
+        best, front_size = s.best_trial, None
+        if len(s.directions) > 1:
+            front = pareto.front(optuna.load_study(study_name=s.study_name, storage=storage))
+            front_size = len(front)
+            best = min(front, key=lambda t: (pareto.cost_of(t), t.number)) if front else None
         out.append({
             "study": s.study_name, "pair": settings.get("pair"), "cost": settings.get("cost"),
-            "skip": settings.get("skip"), "num_layers": settings.get("num_layers"), "trials": s.n_trials,
-            "best_cost": best.value if best else None, "best_mask": best.user_attrs.get("mask") if best else None,
+            "objective": settings.get("objective", "cost"), "skip": settings.get("skip"),
+            "num_layers": settings.get("num_layers"), "trials": s.n_trials,
+            "best_cost": pareto.cost_of(best) if best else None,
+            "best_mask": best.user_attrs.get("mask") if best and front_size is None else None,
+            "front_size": front_size,
             "started": s.datetime_start.isoformat(timespec="seconds") if s.datetime_start else None,
         })
     return out
+
+
+def delete_study(storage: optuna.storages.RDBStorage, name: str) -> int:
+    """Delete study ``name`` and its mask-ledger rows in one go; returns how many trials it had."""
+    from storage.ledger import delete_rows
+
+    try:
+        study_id = storage.get_study_id_from_name(name)
+    except KeyError:
+        load_study(storage, name)  # raises the one-line "no study" error, with the known names
+        raise
+    n = storage.get_n_trials(study_id)
+    delete_rows(storage.engine, study_id)
+    optuna.delete_study(study_name=name, storage=storage)
+    return n
 
 
 def load_study(storage: optuna.storages.BaseStorage, name: str) -> optuna.Study:
@@ -106,6 +130,16 @@ def export_slim_config(study: optuna.Study, output, trial: int | None = None):
     """Write the slim config of the best trial (or trial ``trial``) to ``output``; returns it."""
     from pathlib import Path
 
+    output = Path(output)
+    if not output.parent.resolve().is_dir():
+        raise DimrError(f"cannot write {output}: directory {output.parent} does not exist; create it")
+    cfg = slim_config_for(study, trial)
+    cfg.save(output)
+    return cfg
+
+
+def slim_config_for(study: optuna.Study, trial: int | None = None):
+    """The `SlimConfig` of the best trial (or trial ``trial``), written nowhere."""
     from dimr.masks import kept_layers, mask_from_key
     from dimr.slim_config import SlimConfig
 
@@ -113,9 +147,6 @@ def export_slim_config(study: optuna.Study, output, trial: int | None = None):
     settings = study.user_attrs.get(SETTINGS_ATTR)
     if not settings:
         raise DimrError(f"study {study.study_name!r} was not made by dimr; nothing to export")
-    output = Path(output)
-    if not output.parent.resolve().is_dir():
-        raise DimrError(f"cannot write {output}: directory {output.parent} does not exist; create it")
     mask = mask_from_key(t.user_attrs["mask"])
     metrics = {"cost": pareto.cost_of(t), **{k: t.user_attrs[k] for k in ("top1_agreement", "expected_acceptance")
                                    if k in t.user_attrs}}
@@ -127,5 +158,4 @@ def export_slim_config(study: optuna.Study, output, trial: int | None = None):
                      cost=settings["cost"], metrics=metrics, calibration=settings["calibration"],
                      calibration_hash=settings["calibration_hash"], revision=revision,
                      study=study.study_name, trial=t.number)
-    cfg.save(output)
     return cfg

@@ -24,8 +24,10 @@ from sqlalchemy import (
     Update,
     and_,
     bindparam,
+    delete,
     func,
     insert,
+    inspect,
     literal,
     select,
     update,
@@ -69,6 +71,17 @@ class Claim:
 
 def _now() -> datetime:
     return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+def delete_rows(engine, study_id: int) -> int:
+    """Delete every ledger row of ``study_id``: its study is being deleted, or is new and got the id of a
+    deleted one (SQLite and MySQL reuse ids), whose rows must not count as its own. Returns the rows deleted."""
+    if not inspect(engine).has_table(MaskRow.__tablename__):
+        return 0
+    with Session(engine) as s:
+        n = s.execute(delete(MaskRow).where(MaskRow.study_id == study_id)).rowcount
+        s.commit()
+    return n
 
 
 class MaskLedger:

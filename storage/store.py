@@ -17,7 +17,7 @@ from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
 
 from storage import optuna_compat as compat
-from storage.ledger import MaskLedger
+from storage.ledger import MaskLedger, delete_rows
 from storage.optuna_compat import StudyCache
 from storage.trials import Started, as_finished, beat, finish_trial, start_trial, start_trials, write_trial
 
@@ -31,10 +31,13 @@ class TrialStore:
         self.ledger: MaskLedger | None = None
         self.study_id: int | None = None
 
-    def attach(self, study: optuna.Study) -> None:
-        """Bind to ``study`` (opened on `view`)."""
+    def attach(self, study: optuna.Study, new: bool = False) -> None:
+        """Bind to ``study`` (opened on `view`). ``new``: this driver just created it, so ledger rows under its
+        id are a deleted study's and are dropped."""
         self.study_id = compat.study_id(study)
         self.ledger = MaskLedger(self.storage, self.study_id)
+        if new:
+            delete_rows(self.storage.engine, self.study_id)
 
     # -- reads ---------------------------------------------------------------------------------------
     @contextlib.contextmanager

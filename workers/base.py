@@ -10,11 +10,12 @@ that trial and retry it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-import torch
+if TYPE_CHECKING:  # torch stays unimported for the commands that only read studies
+    import torch
 
-from dimr.pairs import Pair
+    from dimr.pairs import Pair
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,11 @@ def directions(objective: str) -> list[optuna.study.StudyDirection]:
     return [optuna.study.StudyDirection.MINIMIZE] * (2 if objective == "pareto" else 1)
 
 
+def metric_names(objective: str) -> list[str]:
+    """The objectives' names, as the study records them (`optuna.Study.set_metric_names`)."""
+    return ["cost", "kept_fraction"] if objective == "pareto" else ["cost"]
+
+
 def kept_fraction(mask) -> float:
     return sum(bool(b) for b in mask) / len(mask)
 
@@ -62,3 +67,27 @@ def pick(study: optuna.Study, budget: str, num_layers: int) -> FrozenTrial:
         raise DimrError(f"no mask of study {study.study_name!r} fits budget {budget!r} ({b.describe()}); "
                         f"its front skips at most {most} layers: search with a larger --budget")
     return min(fitting, key=lambda t: (cost_of(t), t.number))
+
+
+def knee(study: optuna.Study) -> FrozenTrial:
+    """The front's knee: the point nearest the ideal (lowest cost, fewest layers) once both axes are scaled to
+    the front's range (the cost on a log scale when all costs are positive: they span decades)."""
+    import math
+
+    points = front(study)
+    if not points:
+        raise DimrError(f"study {study.study_name!r} has no completed trial yet; run `dimr search` first")
+    costs = [cost_of(t) for t in points]
+    if all(c > 0 and math.isfinite(c) for c in costs):
+        costs = [math.log(c) for c in costs]
+    kept = [kept_fraction(mask_from_key(t.user_attrs["mask"])) for t in points]
+
+    def scaled(v: float, vs: list[float]) -> float:
+        finite = [x for x in vs if math.isfinite(x)]
+        if not math.isfinite(v):
+            return 1.0
+        lo, hi = min(finite), max(finite)
+        return 0.0 if hi == lo else (v - lo) / (hi - lo)
+
+    dist = [math.hypot(scaled(c, costs), scaled(k, kept)) for c, k in zip(costs, kept, strict=True)]
+    return points[min(range(len(points)), key=lambda i: (dist[i], points[i].number))]

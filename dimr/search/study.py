@@ -46,15 +46,18 @@ def open_study(storage: optuna.storages.RDBStorage, study_name: str, settings: S
         seeds = list({m: (n, m) for k in settings.skips
                       for n, m in heuristics.seed_masks(Budget(settings.num_layers, k), influence)}.values())
         crash.point("setup:before-create")
-        attrs = {SETTINGS_ATTR: asdict(settings), SEEDS_ATTR: len(seeds)}
+        # Each setting is also its own attribute, for optuna-dashboard; SETTINGS_ATTR is what dimr reads back.
+        attrs = {**asdict(settings), SETTINGS_ATTR: asdict(settings), SEEDS_ATTR: len(seeds)}
         created = create_study(storage, study_name, directions, attrs,
                                [(mask_to_params(m), {"phase": "seed", "heuristic": n}) for n, m in seeds])
         if created is None:  # another driver created it first
             check_resume(stored_settings(storage, study_name), settings, study_name)
     store = TrialStore(storage, mask_space(settings.num_layers), owner_id())
     study = optuna.load_study(storage=store.view, study_name=study_name, sampler=sampler)
-    store.attach(study)
+    store.attach(study, new=created is not None)
     for trial in created[1] if created else ():  # the seeds as written: the driver never reads them back
         store.view.remember(store.study_id, trial)
+    if created:  # for optuna-dashboard (cosmetic: a crash before it only leaves the objectives unnamed)
+        study.set_metric_names(pareto.metric_names(settings.objective))
     sampler.first_search_trial = study.user_attrs.get(SEEDS_ATTR, 0)
     return study, store, sampler
