@@ -62,24 +62,33 @@ def eval_draft(work: Path | None = None, out: Path | None = None) -> dict:
 
 @torch.inference_mode()
 def eval_task(path: Path = SMOLLM2_DATA / "task_addition.jsonl", max_new: int = 96, batch: int = 20,
-              out: Path | None = None) -> dict:
-    """Greedy answers of the verifier to the task's chat prompts; accuracy of the last integer."""
+              out: Path | None = None, task_max: int | None = None) -> dict:
+    """Greedy answers of the verifier to the task's chat prompts; accuracy of the last integer.
+
+    With ``task_max`` the items are generated afresh (numbers 2..task_max) instead of read from ``path``.
+    """
     from dimr.gguf import load_smollm2
     from dimr.zoo import smollm2_draft
+    from dimr.zoo.smollm2_data import addition_problems, chat
     from dimr.zoo.train_draft import teacher_generate
 
     verifier, tok = load_smollm2()
-    rows = read_jsonl(path)
+    if task_max is None:
+        rows = read_jsonl(path)
+    else:
+        rows = [{**p, "text": chat(tok, p["question"])} for p in addition_problems(13, 60, task_max)]
+        path = Path(f"addition_problems(13, 60, {task_max})")
     prompts = [tok(r["text"], add_special_tokens=False)["input_ids"] for r in rows]
     gen = teacher_generate(verifier, prompts, max_new, 1, batch, tok.convert_tokens_to_ids("<|im_end|>"),
                            tok.pad_token_id)
     answers = [tok.decode(g["ids"][g["prompt_len"]:], skip_special_tokens=True) for g in gen]
     correct = [task_answer(a) == r["answer"] for a, r in zip(answers, rows, strict=True)]
     result = {"file": path.name, "items": len(rows), "accuracy": round(sum(correct) / len(rows), 4),
-              "max_new_tokens": max_new, "checker": "last integer of the greedy answer",
-              "examples": [{"question": r["question"], "answer": r["answer"], "completion": a, "correct": c}
-                           for r, a, c in list(zip(rows, answers, correct, strict=True))[:6]]}
-    out = out or smollm2_draft.DRAFT_DIR.parent / "task.json"
+              "max_new_tokens": max_new,
+              "checker": "integer after the first ####, else the last integer (smollm2_data.task_answer)",
+              "items_detail": [{"question": r["question"], "answer": r["answer"], "completion": a, "correct": c}
+                               for r, a, c in zip(rows, answers, correct, strict=True)]}
+    out = out or smollm2_draft.DRAFT_DIR.parent / (f"task-max{task_max}.json" if task_max else "task.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
     return result
@@ -90,10 +99,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("what", choices=["draft", "task"])
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--work", type=Path, default=None)
+    ap.add_argument("--task-max", type=int, default=None, help="task: fresh items with numbers up to this")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    result = eval_draft(args.work) if args.what == "draft" else eval_task()
-    print(json.dumps({k: v for k, v in result.items() if k != "examples"}, indent=1))
+    result = eval_draft(args.work) if args.what == "draft" else eval_task(task_max=args.task_max)
+    print(json.dumps({k: v for k, v in result.items() if k != "items_detail"}, indent=1))
 
 
 if __name__ == "__main__":

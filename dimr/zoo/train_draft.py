@@ -232,7 +232,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--layers", default="0,1,2,3,4", help="verifier layers the draft's layers start from")
     ap.add_argument("--frozen", default="0", help="draft layer positions kept fixed (not shipped)")
     ap.add_argument("--vocab", type=int, default=8192, help="sub-vocabulary size of the draft's head")
-    ap.add_argument("--train-prompts", type=int, default=900, help="use the first N training prompts (0 = all)")
+    ap.add_argument("--pool", type=int, default=0, help="draw from the file's first N training prompts (0 = all)")
+    ap.add_argument("--train-prompts", type=int, default=900, help="use N training prompts of the pool (0 = all)")
     ap.add_argument("--eval-prompts", type=int, default=0, help="use N held-out prompts, half code half prose")
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--topk", type=int, default=16)
@@ -243,6 +244,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--warmup", type=int, default=30)
     ap.add_argument("--prompt-weight", type=float, default=0.3)
+    ap.add_argument("--prose-repeat", type=int, default=1, help="each epoch sees every prose sequence this often")
     ap.add_argument("--eval-every", type=int, default=70)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--fp32-train", action="store_true", help="train in float32 (default: bfloat16 autocast)")
@@ -267,6 +269,8 @@ def main(argv: list[str] | None = None) -> None:
         p.requires_grad_(False)
 
     train_rows = read_jsonl(SMOLLM2_DATA / "prompts_train.jsonl")
+    if args.pool:
+        train_rows = train_rows[:args.pool]
     train_rows = random.Random(1000 + args.seed).sample(train_rows, len(train_rows))
     if args.train_prompts:
         train_rows = train_rows[:args.train_prompts]
@@ -335,7 +339,8 @@ def main(argv: list[str] | None = None) -> None:
         draft.train()
 
     evaluate(0, None)
-    it = batches(train_data, args.batch, rng)
+    pool = [d for d in train_data for _ in range(args.prose_repeat if d["kind"] == "prose" else 1)]
+    it = batches(pool, args.batch, rng)
     running = None
     draft.train()
     for step in range(1, args.steps + 1):
