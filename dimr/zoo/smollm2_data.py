@@ -38,6 +38,7 @@ SDIST = "sentencepiece==0.2.3"
 BOTCHAN_MEMBER = "sentencepiece-0.2.3/test/botchan.txt"
 BOTCHAN_SHA256 = "464bd5300c24fce16fcc4555d4231a57632caae4d0090ad6aa92854a3b227ba7"
 HELDOUT_FRACTION = 0.2
+TASK_MAX = 99  # the task's numbers are 2..TASK_MAX (chosen by measuring the verifier: dimr.zoo.smollm2_eval)
 CHUNK_CHARS = 600
 
 CODE_TASKS = [
@@ -149,6 +150,60 @@ CODE_TEMPLATES = [
     "Complete the following Python code:\n\n```python\n{chunk}```",
     "Add docstrings and comments to the following Python code:\n\n```python\n{chunk}```",
 ]
+# Training-only instruction prompts, combined from these lists (held-out prompts never come from them).
+STORY_WHO = ["a young fisherman", "an old librarian", "a shy robot", "a travelling musician", "a curious fox",
+             "a retired sea captain", "a girl who loves maps", "a baker in a small village", "a lonely giant",
+             "a detective with a bad memory", "a boy who can talk to birds", "a gardener", "a tired postman",
+             "a brave little mouse", "a king who lost his crown", "two friends on a road trip", "a clever crow",
+             "a nurse on a night shift", "an inventor", "a family of hedgehogs"]
+STORY_WHAT = ["finds a hidden door", "has to cross a frozen lake", "receives a mysterious letter",
+              "wakes up in a different century", "wants to win a race", "loses something precious",
+              "meets a stranger on a train", "discovers a secret garden", "has to keep a promise",
+              "gets caught in a storm", "learns a new language", "finds a map to a treasure",
+              "opens a small shop", "helps a lost child", "builds a boat", "is afraid of the dark"]
+CONCEPTS = ["the solar system", "the human brain", "renewable energy", "the immune system", "evaporation",
+            "the food chain", "magnetism", "the French Revolution", "supply and demand", "the Roman Empire",
+            "climate change", "the theory of evolution", "nuclear energy", "the internet of things", "sound waves",
+            "the carbon cycle", "artificial intelligence", "the Great Wall of China", "global trade", "friction",
+            "the printing of money",
+            "ocean currents", "the digestive system", "electric cars", "photosynthesis in algae",
+            "the metric system", "the Olympic Games", "democracy in ancient Athens", "coral reefs", "the seasons",
+            "interest rates", "the history of writing", "bacteria", "the speed of light", "deserts", "glaciers",
+            "the stock exchange", "human memory", "solar panels", "the invention of the telephone"]
+CONCEPT_TEMPLATES = ["Explain {x} in simple terms.", "Write a short paragraph about {x}.",
+                     "What is important to know about {x}?", "Explain {x} to a ten-year-old."]
+PLACES = ["a quiet harbour at dawn", "a mountain village in winter", "a busy airport", "an abandoned factory",
+          "a rainforest after the rain", "a small bakery", "a city park in autumn", "a desert at night",
+          "an old bookshop", "a school playground", "a fishing boat", "a crowded concert hall",
+          "a farm in summer", "a hospital waiting room", "a frozen lake", "a street market in the evening",
+          "a lighthouse in a storm", "a tiny apartment", "a train station at midnight", "a field of sunflowers"]
+PLACE_TEMPLATES = ["Describe {x}.", "Write a short poem about {x}.", "Write a paragraph set in {x}."]
+ADVICE = ["learning to cook", "staying healthy", "writing a good essay", "keeping a garden", "travelling on a budget",
+          "learning a musical instrument", "speaking in public", "getting up early", "working from home",
+          "taking care of a dog", "reading more books", "preparing for an exam", "making a good first impression",
+          "saving energy at home", "planning a birthday party"]
+ADVICE_TEMPLATES = ["Give some tips for {x}.", "What is the best way to start {x}?"]
+LETTERS = ["Write a short letter to a neighbour about a noisy party.", "Write an email to a colleague asking for help.",
+           "Write a short note to thank a friend for a gift.", "Write a complaint letter about a late delivery.",
+           "Write an invitation to a school concert.", "Write a short apology to a friend for missing a dinner.",
+           "Write a letter to your future self.", "Write an email to a landlord about a broken heater."]
+EXTRA_CODE_REQUESTS = ["Write a short Python script that {task}, and explain how it works.",
+                       "Show me a Python function that {task}."]
+
+
+def extra_train_prompts(seed: int, heldout: set[str]) -> list[dict]:
+    """Training-only prompts combined from the lists above (about 640), none equal to a held-out prompt."""
+    rng = random.Random(seed)
+    prose = [f"Write a short story about {w} who {t}." for w in STORY_WHO for t in STORY_WHAT]
+    prose = rng.sample(prose, 160)
+    prose += [t.format(x=x) for x in CONCEPTS for t in CONCEPT_TEMPLATES]
+    prose += [t.format(x=x) for x in PLACES for t in PLACE_TEMPLATES]
+    prose += [t.format(x=x) for x in ADVICE for t in ADVICE_TEMPLATES] + LETTERS
+    code = [t.format(task=task) for i, task in enumerate(CODE_TASKS) if i % 3 for t in EXTRA_CODE_REQUESTS]
+    rows = [{"kind": "prose", "prompt": p} for p in prose] + [{"kind": "code", "prompt": p} for p in code]
+    return [r for r in rows if r["prompt"] not in heldout]
+
+
 CODE_REQUESTS = ["Write a Python function that {task}.", "Write Python code that {task}, with an example.",
                  "How do I write a Python function that {task}?"]
 
@@ -257,18 +312,19 @@ def build_prompts(prose_train: list[str], prose_heldout: list[str], seed: int = 
               for c in _code_snippets(code_train_files, rng, n_train_snippets)]
     train += [{"kind": "prose", "prompt": rng.choice(PROSE_TEMPLATES).format(chunk=c)}
               for c in rng.sample(prose_train, min(n_train_snippets, len(prose_train)))]
+    train += extra_train_prompts(seed + 7, {p["prompt"] for p in heldout})
     return train, heldout
 
 
-def addition_problems(seed: int, n: int) -> list[dict]:
-    """Single-step addition word problems (numbers 2-99), asked as a chat question."""
+def addition_problems(seed: int, n: int, hi: int = TASK_MAX) -> list[dict]:
+    """Single-step addition word problems (numbers 2 to ``hi``), asked as a chat question."""
     from dimr.zoo.task import GAIN, ITEMS, NAMES
 
     rng = random.Random(seed)
     out, seen = [], set()
     while len(out) < n:
         name, item = rng.choice(NAMES), rng.choice(ITEMS)
-        a, b = rng.randint(2, 99), rng.randint(2, 99)
+        a, b = rng.randint(2, hi), rng.randint(2, hi)
         q = (f"{name} has {a} {item}. {name} {rng.choice(GAIN)} {b} more {item}. "
              f"How many {item} does {name} have now?")
         if q not in seen:
@@ -278,11 +334,13 @@ def addition_problems(seed: int, n: int) -> list[dict]:
 
 
 _INT = re.compile(r"-?\d[\d,]*")
+_HASHES = re.compile(r"####\s*(-?\d[\d,]*)")
 
 
 def task_answer(completion: str) -> int | None:
-    """The last integer in a completion (SmolLM2 ends its worked answers with the result)."""
-    found = _INT.findall(completion)
+    """The integer after the first ``####`` (SmolLM2 often answers GSM8K-style), else the last integer."""
+    m = _HASHES.search(completion)
+    found = [m.group(1)] if m else _INT.findall(completion)
     return int(found[-1].replace(",", "")) if found else None
 
 
@@ -295,7 +353,7 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def build(out: Path = SMOLLM2_DATA, sdist: Path | None = None, seed: int = 0) -> None:
+def build(out: Path = SMOLLM2_DATA, sdist: Path | None = None, seed: int = 0, task_max: int = TASK_MAX) -> None:
     from transformers import AutoTokenizer
 
     from dimr.gguf import smollm2_checkpoint
@@ -308,7 +366,7 @@ def build(out: Path = SMOLLM2_DATA, sdist: Path | None = None, seed: int = 0) ->
     write_jsonl(out / "prompts_train.jsonl", [{**p, "text": chat(tok, p["prompt"])} for p in train])
     write_jsonl(out / "prompts_heldout.jsonl", [{**p, "text": chat(tok, p["prompt"])} for p in heldout])
     write_jsonl(out / "task_addition.jsonl", [{**p, "text": chat(tok, p["question"])}
-                                              for p in addition_problems(seed + 13, 60)])
+                                              for p in addition_problems(seed + 13, 60, task_max)])
     (out / "sources.json").write_text(json.dumps(SOURCES, indent=1) + "\n")
     write_hashes(out)
 
