@@ -41,6 +41,7 @@ from transformers import (
     Qwen3ForCausalLM,
     SmolLM3Config,
     SmolLM3ForCausalLM,
+    T5Config,
 )
 
 from dimr.errors import DimrError
@@ -54,7 +55,7 @@ from dimr.masks import (
     sublayer_mask_to_params,
     sublayer_space,
 )
-from dimr.slim import forward_from, layer_inputs, num_layers, slim_verifier
+from dimr.slim import check_family, forward_from, layer_inputs, num_layers, slim_verifier
 
 L, V, T = 6, 128, 16
 COMMON = dict(vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_layers=L, num_attention_heads=4,
@@ -298,6 +299,14 @@ def test_refusals_name_what_is_missing():
     hybrid = Lfm2ForCausalLM(Lfm2Config(**COMMON, layer_types=["conv", "full_attention"] * (L // 2)))
     with pytest.raises(DimrError, match=r"decoder layer 0 \(Lfm2DecoderLayer\) has no self_attn"):
         slim_verifier(hybrid, (True,) * L)
+    # from the config alone (the search checks a pair before loading weights)
+    check_family(Gemma3TextConfig(**COMMON, head_dim=16, sliding_window=4))
+    with pytest.raises(DimrError, match=r"model type 'gpt2' \(verifier of x\): it has no decoder layer list"):
+        check_family(GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=V), " (verifier of x)")
+    with pytest.raises(DimrError, match="Lfm2DecoderLayer.* has no self_attn"):
+        check_family(hybrid.config)
+    with pytest.raises(DimrError, match="model type 't5'.*builds no causal LM"):
+        check_family(T5Config(vocab_size=V, d_model=32, num_layers=2, num_heads=2, d_ff=64))
     llama = make("llama")
     llama.model.layers[2].self_attn.layer_idx = 0
     with pytest.raises(DimrError, match="layer 2's self_attn.layer_idx is 0"):
