@@ -101,7 +101,8 @@ def _lookup_seen(ids: Tensor, emitted: Tensor, gamma: int) -> list[modes.Observa
 
 @torch.inference_mode()
 def auto(chooser: Chooser, full: Tier, draft: Tier | None, slim: Tier | None, prompt: Tensor,
-         config: DecodeConfig, vocab_size: int, trace: list | None = None) -> DecodeResult:
+         config: DecodeConfig, vocab_size: int, trace: list | None = None,
+         escalate: modes.Escalate | None = None) -> DecodeResult:
     """Decode block by block with the arm the chooser picks. ``trace``, if given, receives one
     (arm, sequence before the block, generator state before the block, tokens emitted) per block."""
     from dimr.decoding.proposer import ModelProposer
@@ -122,7 +123,8 @@ def auto(chooser: Chooser, full: Tier, draft: Tier | None, slim: Tier | None, pr
         if arm.mode == "ar":
             seen = modes.ar_block(full, out, generator)
         elif arm.mode == "hier":
-            seen = modes.hier_block(proposers["sd"], slim, full, out, arm.gamma, arm.window, generator)
+            seen = modes.hier_block(proposers["sd"], slim, full, out, arm.gamma, arm.window, generator,
+                                    escalate=escalate)
         else:
             seen = modes.sd_block(proposers[arm.mode], full, out, arm.gamma, generator)
         emitted = out.ids[ids.numel():]

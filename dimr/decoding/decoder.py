@@ -20,8 +20,10 @@ from transformers import PreTrainedModel
 from dimr.decoding import modes, verify
 from dimr.decoding.auto import Chooser, arms, auto
 from dimr.decoding.costs import Costs, measure
+from dimr.decoding.modes import Escalate
 from dimr.decoding.proposer import ModelProposer, NgramProposer
 from dimr.decoding.sequence import DecodeConfig, DecodeResult
+from dimr.decoding.shared import SharedPrefix, first_skipped_of
 from dimr.decoding.tiers import Tier
 from dimr.errors import DimrError
 
@@ -41,6 +43,15 @@ class Decoder:
     tokenizer: object | None = None
     costs: Costs | None = None  # the cost table `auto` prices arms with; measured on first use if None
     chooser: Chooser | None = field(default=None, repr=False)  # auto's running acceptance estimates
+    shared: SharedPrefix | None = field(default=None, repr=False)  # hier's shared-prefix escalation
+
+    def escalate(self, config: DecodeConfig) -> Escalate | None:
+        """The full forward hier escalates with: shared-prefix if the config asks for it and it applies."""
+        if not config.share_prefix or self.slim is None or first_skipped_of(self.slim) == 0:
+            return None
+        if self.shared is None:
+            self.shared = SharedPrefix(self.full, self.slim)
+        return self.shared.forward
 
     @classmethod
     def from_models(cls, verifier: PreTrainedModel, draft: PreTrainedModel, slim: PreTrainedModel | None = None,
@@ -143,9 +154,11 @@ class Decoder:
         if mode == "lookup":
             return modes.sd(NgramProposer(self.vocab_size), self.full, prompt, config, mode="lookup")
         if mode == "hier":
-            return modes.hier(ModelProposer(self.draft), self.slim, self.full, prompt, config)
+            return modes.hier(ModelProposer(self.draft), self.slim, self.full, prompt, config,
+                              escalate=self.escalate(config))
         if mode == "auto":
-            return auto(self.auto_chooser(), self.full, self.draft, self.slim, prompt, config, self.vocab_size)
+            return auto(self.auto_chooser(), self.full, self.draft, self.slim, prompt, config, self.vocab_size,
+                        escalate=self.escalate(config))
         return modes.via(ModelProposer(self.draft), self.slim, self.full, prompt, config, targets=targets)
 
     def generate(self, prompt: str, mode: str = "via", config: DecodeConfig | None = None,

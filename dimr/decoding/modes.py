@@ -9,6 +9,8 @@ tier that ran is cropped back to the tokens that were kept (never recomputed).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor
 
@@ -19,6 +21,8 @@ from dimr.decoding.stats import DecodeStats
 from dimr.decoding.tiers import Tier
 from dimr.divergence import own_probs
 
+Escalate = Callable[[Tensor, int], Tensor]
+"""(input_ids [n], keep) → the full verifier's last ``keep`` logits: ``Tier.forward`` or a faster equivalent."""
 Observation = tuple[str, str, int, int]
 """(proposer, target, accepted, tested): what a block saw of one tier's per-token acceptance (`auto` learns)."""
 
@@ -98,10 +102,12 @@ def sd(proposer: Proposer, full: Tier, prompt: Tensor, config: DecodeConfig, mod
 
 
 def hier_block(proposer: Proposer, slim: Tier, full: Tier, out: Output, gamma: int, window: int,
-               generator: torch.Generator, accept: verify.AcceptFn = verify.accept) -> list[Observation]:
+               generator: torch.Generator, accept: verify.AcceptFn = verify.accept,
+               escalate: Escalate | None = None) -> list[Observation]:
     """Staged speculation (TriForce): blocks of γ drafts speculated against the slim verifier fill a window
     of Γ slim tokens — an exact sample of the slim verifier's own sequence law — and one full forward then
-    checks the window against the full verifier with the slim's probabilities as the draft's."""
+    checks the window against the full verifier with the slim's probabilities as the draft's. ``escalate``
+    replaces ``full.forward`` (shared-prefix escalation, :mod:`dimr.decoding.shared`)."""
     ids, limit = out.ids, min(window, out.remaining)
     seq, probs, seen = ids, [], []
     while seq.numel() - ids.numel() < limit:
@@ -112,7 +118,8 @@ def hier_block(proposer: Proposer, slim: Tier, full: Tier, out: Output, gamma: i
         probs.append(slim_probs[:verdict.n_accepted + 1])
         seen.append((proposer.name, "slim", verdict.n_accepted, _tested(verdict, tokens.numel())))
     drafted, slim_probs = seq[ids.numel():ids.numel() + limit], torch.cat(probs)[:limit]
-    full_probs = out.config.sampler.probs(full.forward(torch.cat([ids[full.length:], drafted]), keep=limit + 1))
+    full_logits = (escalate or full.forward)(torch.cat([ids[full.length:], drafted]), keep=limit + 1)
+    full_probs = out.config.sampler.probs(full_logits)
     verdict = accept(slim_probs, drafted, verify.lossless(slim_probs, full_probs), generator)
     full.crop(ids.numel() + verdict.n_accepted)
     slim.crop(ids.numel() + verdict.n_accepted)
@@ -123,12 +130,12 @@ def hier_block(proposer: Proposer, slim: Tier, full: Tier, out: Output, gamma: i
 
 @torch.inference_mode()
 def hier(proposer: Proposer, slim: Tier, full: Tier, prompt: Tensor, config: DecodeConfig,
-         accept: verify.AcceptFn = verify.accept) -> DecodeResult:
+         accept: verify.AcceptFn = verify.accept, escalate: Escalate | None = None) -> DecodeResult:
     """Lossless three tiers: :func:`hier_block` with γ = ``config.gamma`` and Γ = ``config.window``."""
     out = Output(prompt, config, DecodeStats("hier", config.gamma), [proposer.tier, slim, full])
     generator = config.generator(prompt.device)
     while not out.done:
-        hier_block(proposer, slim, full, out, config.gamma, config.window, generator, accept)
+        hier_block(proposer, slim, full, out, config.gamma, config.window, generator, accept, escalate)
     return out.result()
 
 

@@ -49,6 +49,7 @@ class DecodeConfig:
     eos_token_ids: tuple[int, ...] = ()
     draft_stop: float = 0.0  # stop drafting after a token the draft gives less than this (0 = always gamma)
     window: int = 8  # hier: slim-accepted tokens the full verifier checks in one forward (Γ)
+    share_prefix: bool = True  # hier: the full forward starts from the slim's state at its first skipped layer
     thresholds: Thresholds = Thresholds()
 
     def __post_init__(self) -> None:
