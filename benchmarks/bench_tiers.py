@@ -43,7 +43,8 @@ def workload(pair: str, name: str, n: int) -> list[str]:
     if name == "prose":
         return list(PROSE[:n])
     path = DATA_DIR / {"code": "humaneval_prompts.jsonl", "task": "heldout_task.jsonl"}[name]
-    return [json.loads(line)["prompt"] for line in path.read_text().splitlines()[:n]]
+    rows = [json.loads(line) for line in path.read_text().splitlines()[:n]]
+    return [r.get("prompt") or r["text"] for r in rows]
 
 
 def main() -> None:

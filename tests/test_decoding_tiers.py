@@ -206,7 +206,9 @@ def test_shared_prefix_escalation_gives_the_full_logits(family: str):
         slim.forward(ids[slim.length:slim_end], keep=1)
         got = share.forward(ids[full.length:], keep=3)
         want = reference.forward(ids[reference.length:], keep=3)
-        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+        # equal up to float32 rounding (the same sums in other shapes); the logits are ~±40 here
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-5)
+        assert torch.equal(got.argmax(-1), want.argmax(-1))
         assert share.usable() and full.length == reference.length == ids.numel()
         for tier in (full, reference, slim):
             tier.crop(cut)
