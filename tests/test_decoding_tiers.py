@@ -19,7 +19,7 @@ from dimr.decoding.sequence import Output
 from dimr.decoding.shared import SharedPrefix
 from dimr.decoding.stats import DecodeStats
 from dimr.decoding.tiers import Tier
-from dimr.slim import slim_verifier
+from dimr.slim import decoder_layers, slim_verifier
 
 
 @pytest.fixture(scope="module", params=FAMILIES)
@@ -199,6 +199,12 @@ def test_shared_prefix_escalation_gives_the_full_logits(family: str):
     slim = Tier("slim", slim_verifier(verifier, (True, True, False, True)))  # shares layers 0 and 1
     share = SharedPrefix(full, slim)
     ids = torch.cat([PROMPT, torch.tensor([4, 8, 15, 16, 23, 42, 7, 9])])
+    with share.recording():
+        check_shared_prefix(share, full, reference, slim, ids)
+    assert share.hidden is not None and decoder_layers(slim.model)[2]._forward_pre_hooks == {}
+
+
+def check_shared_prefix(share: SharedPrefix, full: Tier, reference: Tier, slim: Tier, ids: torch.Tensor) -> None:
     for tier in (full, reference, slim):
         tier.reset(64)
         tier.forward(PROMPT, keep=1)
@@ -212,7 +218,6 @@ def test_shared_prefix_escalation_gives_the_full_logits(family: str):
         assert share.usable() and full.length == reference.length == ids.numel()
         for tier in (full, reference, slim):
             tier.crop(cut)
-    share.close()
 
 
 def test_hier_with_and_without_shared_prefix_agree(decoder: Decoder):
@@ -221,3 +226,23 @@ def test_hier_with_and_without_shared_prefix_agree(decoder: Decoder):
     plain = decoder.run(PROMPT, "hier", DecodeConfig(**{**config.__dict__, "share_prefix": False}))
     assert shared.tokens == plain.tokens and shared.stats.calls == plain.stats.calls
     assert decoder.shared is not None and decoder.shared.usable()
+
+
+# --- dimr bench-forward ----------------------------------------------------------------------------------
+
+def test_bench_forward_json_and_bad_input(tiny_pair, capsys, tmp_path):
+    import json
+
+    from test_decoding_cli import run_cli
+
+    out = tmp_path / "costs.json"
+    code, stdout, _ = run_cli(["bench-forward", "--pair", "tiny-random", "--kept", "2,4", "--lengths", "1,3",
+                               "--reps", "1", "--gpu", "H200", "--json", "--out", str(out)], capsys)
+    assert code == 0
+    data = json.loads(stdout)
+    assert set(data["measured"]["table"]) == {"draft", "slim:2", "slim:4", "full"}
+    assert set(data["measured"]["table"]["full"]) == {"1", "3"} and data["roofline"]["source"] == "roofline H200"
+    assert Costs.load(out)("full", 3) == data["measured"]["table"]["full"]["3"]
+    for args in (["--lengths", "x"], ["--gpu", "Z80"], ["--kept", "99"], ["--reps", "0"]):
+        code, _, err = run_cli(["bench-forward", "--pair", "tiny-random", *args], capsys)
+        assert code == 2 and err.startswith("error: ") and err.count("\n") == 1, (args, err)

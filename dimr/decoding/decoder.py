@@ -10,6 +10,7 @@ This is the Python API behind ``dimr decode``::
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -153,12 +154,14 @@ class Decoder:
             return modes.sd(ModelProposer(self.slim), self.full, prompt, config, mode="self", targets=targets)
         if mode == "lookup":
             return modes.sd(NgramProposer(self.vocab_size), self.full, prompt, config, mode="lookup")
-        if mode == "hier":
-            return modes.hier(ModelProposer(self.draft), self.slim, self.full, prompt, config,
-                              escalate=self.escalate(config))
-        if mode == "auto":
-            return auto(self.auto_chooser(), self.full, self.draft, self.slim, prompt, config, self.vocab_size,
-                        escalate=self.escalate(config))
+        if mode in ("hier", "auto"):
+            escalate = self.escalate(config)
+            with self.shared.recording() if escalate else nullcontext():
+                if mode == "hier":
+                    return modes.hier(ModelProposer(self.draft), self.slim, self.full, prompt, config,
+                                      escalate=escalate)
+                return auto(self.auto_chooser(), self.full, self.draft, self.slim, prompt, config,
+                            self.vocab_size, escalate=escalate)
         return modes.via(ModelProposer(self.draft), self.slim, self.full, prompt, config, targets=targets)
 
     def generate(self, prompt: str, mode: str = "via", config: DecodeConfig | None = None,

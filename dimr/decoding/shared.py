@@ -10,6 +10,8 @@ the full cache, runs layers < f only for the tokens the slim has not seen, and l
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 from torch import Tensor
@@ -37,11 +39,17 @@ class SharedPrefix:
         self.head.norm = torch.nn.Identity()  # the head's own copy: it returns the hidden state entering layer f
         self.tail = _build_slim(full.model, tuple(i >= self.f for i in range(self.layers)))
         self.hidden: Tensor | None = None  # [positions, d]: the hidden state entering layer f, per position
-        # slim layer f is the slim's own shallow copy, so the hook never fires in the full verifier
-        self._hook = decoder_layers(slim.model)[self.f].register_forward_pre_hook(self._record, with_kwargs=True)
 
-    def close(self) -> None:
-        self._hook.remove()
+    @contextmanager
+    def recording(self) -> Iterator[None]:
+        """Record the slim's hidden states entering layer f during the decode in this block (a pre-hook on
+        the slim's own shallow copy of that layer, so the full verifier and other callers never trigger it)."""
+        hook = decoder_layers(self.slim.model)[self.f].register_forward_pre_hook(self._record, with_kwargs=True)
+        self.hidden = None
+        try:
+            yield
+        finally:
+            hook.remove()
 
     def _record(self, _module, args, kwargs) -> None:
         h = (args[0] if args else kwargs["hidden_states"])[0]
