@@ -6,7 +6,8 @@ with the cost model (:func:`dimr.decoding.costs.block`, plus the catch-up forwar
 recent blocks) and runs one block of the fastest. Every block is one block of a lossless mode run from the
 current sequence, so the output law is the full verifier's whatever the choices; greedy output equals
 ``ar``'s. The n-gram proposer is observed for free: after every block its would-be proposal is compared with
-the tokens emitted (each match is an unbiased draw of its acceptance q(x)).
+the tokens emitted (each match is an unbiased draw of its acceptance q(x)), and its arms only compete in
+blocks where the last n-gram occurred before, priced at the length of what followed it.
 
 The posterior counts live in the :class:`Chooser` and carry over between prompts, halved at each new one
 (running estimates that still adapt per prompt).
@@ -69,8 +70,9 @@ class Chooser:
             c = self.counts.setdefault((proposer, target), [0.0, 0.0])
             c[0], c[1] = c[0] + accepted, c[1] + tested - accepted
 
-    def choose(self, rng: random.Random, lag: dict[str, int]) -> Arm:
-        """The arm of highest sampled tokens/s; ``lag[tier]``: tokens a tier's cache is behind."""
+    def choose(self, rng: random.Random, lag: dict[str, int], lookup_len: int = GAMMAS[-1]) -> Arm:
+        """The arm of highest sampled tokens/s; ``lag[tier]``: tokens a tier's cache is behind;
+        ``lookup_len``: tokens the n-gram proposer has to offer now (none: its arms are left out)."""
         pairs = {("draft", "full"), ("slim", "full"), ("lookup", "full"), ("draft", "slim")}
         rates = {}
         for pair in pairs:
@@ -79,12 +81,13 @@ class Chooser:
         acceptance = Acceptance(rates)
 
         def speed(arm: Arm) -> float:
-            tokens, seconds = block(arm.mode, arm.gamma, acceptance, self.costs, arm.window)
+            gamma = min(arm.gamma, lookup_len) if arm.mode == "lookup" else arm.gamma
+            tokens, seconds = block(arm.mode, gamma, acceptance, self.costs, arm.window)
             for tier in {"sd": ["draft"], "self": ["slim"], "hier": ["draft", "slim"]}.get(arm.mode, []):
                 seconds += self.costs(tier, lag[tier] + 1) - self.costs(tier, 1)
             return tokens / seconds
 
-        arm = max(self.arms, key=speed)
+        arm = max([a for a in self.arms if a.mode != "lookup" or lookup_len > 0] or self.arms, key=speed)
         self.chosen[arm.label] = self.chosen.get(arm.label, 0) + 1
         return arm
 
@@ -118,7 +121,7 @@ def auto(chooser: Chooser, full: Tier, draft: Tier | None, slim: Tier | None, pr
     while not out.done:
         ids = out.ids
         lag = {t.name: ids.numel() - 1 - t.length for t in (draft, slim) if t is not None}
-        arm = chooser.choose(rng, lag)
+        arm = chooser.choose(rng, lag, lookup(ids, GAMMAS[-1]).numel())
         state = generator.get_state() if trace is not None else None
         if arm.mode == "ar":
             seen = modes.ar_block(full, out, generator)
