@@ -18,26 +18,28 @@ from torch import Tensor
 from transformers.cache_utils import Cache
 
 from dimr.decoding.tiers import Tier
-from dimr.masks import first_skipped, mask_from_key
+from dimr.masks import SublayerMask
 from dimr.slim import _build_slim, decoder_layers
 
 
 def first_skipped_of(slim: Tier) -> int:
-    """The slim verifier's first skipped layer (0 when it skips layer 0: nothing to share)."""
-    key = getattr(slim.model.config, "dimr_mask", None)
-    return first_skipped(mask_from_key(key)) if key else 0
+    """The slim verifier's first layer not kept whole (0 when it is layer 0, or the slim has no later
+    layer to start from: nothing to share)."""
+    key = getattr(slim.model.config, "dimr_mask", None) or ""
+    f = next((i for i, c in enumerate(key) if c != "1"), len(key))
+    return f if f < len(decoder_layers(slim.model)) else 0
 
 
 class SharedPrefix:
     """Escalations of ``full`` that reuse ``slim``'s first ``f`` layers (dynamic caches only)."""
 
     def __init__(self, full: Tier, slim: Tier) -> None:
-        mask = mask_from_key(slim.model.config.dimr_mask)
-        self.full, self.slim, self.f = full, slim, first_skipped(mask)
-        self.layers = len(mask)
-        self.head = _build_slim(full.model, tuple(i < self.f for i in range(self.layers))).model
+        self.full, self.slim, self.f = full, slim, first_skipped_of(slim)
+        self.layers = len(decoder_layers(full.model))
+        part = [SublayerMask.from_layer_mask([(i < self.f) == head for i in range(self.layers)]) for head in (1, 0)]
+        self.head = _build_slim(full.model, part[0]).model
         self.head.norm = torch.nn.Identity()  # the head's own copy: it returns the hidden state entering layer f
-        self.tail = _build_slim(full.model, tuple(i >= self.f for i in range(self.layers)))
+        self.tail = _build_slim(full.model, part[1])
         self.hidden: Tensor | None = None  # [positions, d]: the hidden state entering layer f, per position
 
     @contextmanager
