@@ -17,6 +17,9 @@ class Mode(str, Enum):
     sd = "sd"
     self_ = "self"
     via = "via"
+    lookup = "lookup"
+    hier = "hier"
+    auto = "auto"
 
 
 PAIRS_FILE_HELP = "TOML file with extra pairs (default: $DIMR_PAIRS or ~/.config/dimr/pairs.toml)"
@@ -45,11 +48,11 @@ def _read_prompts(prompt: str | None, prompts: Path | None) -> list[str]:
     return out
 
 
-def _config(max_new_tokens, gamma, temperature, top_p, seed, accept, close, regen, draft_stop):
+def _config(max_new_tokens, gamma, temperature, top_p, seed, accept, close, regen, draft_stop, window=8):
     from dimr.decoding import DecodeConfig, Thresholds
 
     return DecodeConfig(max_new_tokens=max_new_tokens, gamma=gamma, temperature=temperature, top_p=top_p,
-                        seed=seed, draft_stop=draft_stop,
+                        seed=seed, draft_stop=draft_stop, window=window,
                         thresholds=Thresholds(accept=accept, close=close, regen=regen))
 
 
@@ -71,6 +74,9 @@ PAIR = typer.Option(..., "--pair", help="model pair (see `dimr pairs`)")
 SLIM = typer.Option(None, "--slim", help="slim config JSON from `dimr export` (needed by self and via)")
 MAX_NEW = typer.Option(64, "--max-new-tokens", help="tokens to generate per prompt")
 GAMMA = typer.Option(4, "--gamma", help="drafted tokens per block")
+WINDOW = typer.Option(8, "--window", help="hier: slim-accepted tokens the full verifier checks at once")
+COSTS = typer.Option(None, "--costs", help="auto: cost table JSON from `dimr bench-forward --out` "
+                                          "(default: measured at start, a few seconds)")
 TEMP = typer.Option(0.0, "--temperature", help="0 = greedy")
 TOP_P = typer.Option(1.0, "--top-p", help="nucleus sampling mass (with --temperature > 0)")
 SEED = typer.Option(0, "--seed", help="sampling seed")
@@ -85,12 +91,13 @@ PAIRS_FILE = typer.Option(None, "--pairs-file", help=PAIRS_FILE_HELP)
 
 
 def decode(pair: str = PAIR, slim: Path = SLIM,
-           mode: Mode = typer.Option(Mode.via, "--mode", help="ar | sd | self | via"),
+           mode: Mode = typer.Option(Mode.via, "--mode", help="ar | sd | self | via | lookup | hier | auto"),
            prompt: str = typer.Option(None, "--prompt", help="one prompt"),
            prompts: Path = typer.Option(None, "--prompts", help="JSONL file: {\"prompt\": ...} per line"),
            max_new_tokens: int = MAX_NEW, gamma: int = GAMMA, temperature: float = TEMP, top_p: float = TOP_P,
            seed: int = SEED, accept_threshold: float = ACCEPT, close_threshold: float = CLOSE,
-           regen_threshold: float = REGEN, draft_stop: float = DRAFT_STOP,
+           regen_threshold: float = REGEN, draft_stop: float = DRAFT_STOP, window: int = WINDOW,
+           costs: Path = COSTS,
            ignore_eos: bool = typer.Option(False, "--ignore-eos", help="do not stop at the EOS token"),
            verify: str = typer.Option("lossless", "--verify", help="verification rule (see `dimr relaxed-methods`)"),
            param: list[str] = typer.Option(None, "--param", help="rule parameter key=value (repeatable)"),
@@ -104,15 +111,19 @@ def decode(pair: str = PAIR, slim: Path = SLIM,
     from dataclasses import replace
 
     from dimr.decoding import Decoder
+    from dimr.decoding.costs import Costs
+    from dimr.decoding.decoder import NEEDS_SLIM
 
     texts = _read_prompts(prompt, prompts)
     config = _config(max_new_tokens, gamma, temperature, top_p, seed, accept_threshold, close_threshold,
-                     regen_threshold, draft_stop)
-    if mode.value in ("self", "via") and slim is None:
+                     regen_threshold, draft_stop, window)
+    if mode.value in NEEDS_SLIM and slim is None:
         raise DimrError(f"mode {mode.value} needs a slim verifier; pass --slim slim.json (from `dimr export`)")
+    table = Costs.load(costs) if costs is not None else None
     _prepare(threads)
     with status(f"loading pair {pair}"):
         decoder = Decoder.load(pair, slim=slim, device=device, pairs_file=pairs_file, compiled=compiled)
+    decoder.costs = table
     from dimr.relaxed import rule_from_cli
 
     rule = rule_from_cli(verify, param or [], head, decoder.draft.model, decoder.full.model)
@@ -137,14 +148,18 @@ def decode(pair: str = PAIR, slim: Path = SLIM,
 
 
 def bench_decode(pair: str = PAIR, slim: Path = SLIM,
-                 modes: str = typer.Option("ar,sd,self,via", "--modes", help="comma-separated modes"),
+                 modes: str = typer.Option("ar,sd,self,via,lookup,hier,auto", "--modes",
+                                           help="comma-separated modes; sd@2 = sd at gamma 2, hier@2x8 = hier "
+                                                "at gamma 2 and window 8"),
                  prompts: list[Path] = typer.Option(None, "--prompts",
                                                     help="JSONL prompt file(s), repeatable (default: built-in)"),
                  num_prompts: int = typer.Option(None, "--num-prompts", help="use the first N of each file"),
                  max_new_tokens: int = MAX_NEW, gamma: int = GAMMA, temperature: float = TEMP,
                  top_p: float = TOP_P, seed: int = SEED, accept_threshold: float = ACCEPT,
                  close_threshold: float = CLOSE, regen_threshold: float = REGEN, draft_stop: float = DRAFT_STOP,
-                 hf: bool = typer.Option(True, "--hf/--no-hf", help="include transformers' assisted generation"),
+                 window: int = WINDOW, costs: Path = COSTS,
+                 hf: bool = typer.Option(True, "--hf/--no-hf", help="include transformers' assisted generation "
+                                                                    "(with the draft, the slim, prompt look-up)"),
                  compiled: bool = typer.Option(False, "--compiled/--eager-only",
                                                help="also run every mode on static caches with compiled "
                                                     "forwards (rows ar+c, sd+c...)"),
@@ -157,19 +172,24 @@ def bench_decode(pair: str = PAIR, slim: Path = SLIM,
 
     from dimr.decoding import MODES, Decoder
     from dimr.decoding.bench import DEFAULT_PROMPTS, format_table, run_bench
+    from dimr.decoding.costs import Costs
+    from dimr.decoding.decoder import NEEDS_SLIM
 
     wanted = [m.strip() for m in modes.split(",") if m.strip()]
-    unknown = [m for m in wanted if m not in MODES]
+    unknown = [m for m in wanted if m.partition("@")[0] not in MODES]
     if unknown:
         raise DimrError(f"unknown mode(s) {', '.join(unknown)}; use some of {', '.join(MODES)}")
-    if slim is None and any(m in ("self", "via") for m in wanted):
-        raise DimrError("modes self and via need a slim verifier; pass --slim slim.json or --modes ar,sd")
+    if slim is None and any(m.partition("@")[0] in NEEDS_SLIM for m in wanted):
+        raise DimrError(f"modes {', '.join(NEEDS_SLIM)} need a slim verifier; pass --slim slim.json or "
+                        "leave them out of --modes")
     texts = [t for f in prompts for t in _read_prompts(None, f)[:num_prompts]] if prompts else list(DEFAULT_PROMPTS)
     config = _config(max_new_tokens, gamma, temperature, top_p, seed, accept_threshold, close_threshold,
-                     regen_threshold, draft_stop)
+                     regen_threshold, draft_stop, window)
+    table = Costs.load(costs) if costs is not None else None
     _prepare(threads)
     with status(f"loading pair {pair}"):
         decoder = Decoder.load(pair, slim=slim, device=device, pairs_file=pairs_file)
+    decoder.costs = table
     if not ignore_eos:
         config = replace(config, eos_token_ids=decoder.eos_token_ids())
     rows = len(wanted) * (2 if compiled else 1) + (1 if hf else 0)
@@ -183,6 +203,54 @@ def bench_decode(pair: str = PAIR, slim: Path = SLIM,
     console.print(format_table(report), markup=False, highlight=False, soft_wrap=True)
 
 
+def _lengths(text: str) -> list[int]:
+    try:
+        lo, _, hi = text.partition("-")
+        lengths = list(range(int(lo), int(hi) + 1)) if hi else [int(x) for x in text.split(",")]
+    except ValueError:
+        lengths = []
+    if not lengths or min(lengths) < 1:
+        raise DimrError(f"--lengths {text!r} is not a range like 1-16 or a list like 1,2,4; pass one")
+    return lengths
+
+
+def bench_forward(pair: str = PAIR,
+                  slim: list[Path] = typer.Option(None, "--slim", help="slim config JSON(s) to time, repeatable"),
+                  kept: str = typer.Option(None, "--kept", help="also time slims keeping these many layers, "
+                                                                "spread evenly (comma-separated, e.g. 8,16,22)"),
+                  lengths: str = typer.Option("1-16", "--lengths", help="tokens per forward: 1-16 or 1,2,4"),
+                  reps: int = typer.Option(5, "--reps", help="timed forwards per cell (the median counts)"),
+                  gpu: str = typer.Option(None, "--gpu", help="also print the roofline prediction for this GPU "
+                                                              "(H200, H100, A100, L4, RTX4090)"),
+                  out: Path = typer.Option(None, "--out", help="write the measured cost table here (JSON, "
+                                                               "for `decode --costs`)"),
+                  as_json: bool = typer.Option(False, "--json", help="print JSON"),
+                  device: str = DEVICE, threads: int = THREADS, pairs_file: Path = PAIRS_FILE) -> None:
+    """Time one forward of every tier (draft, slims, full) for 1..16 tokens on a warm cache: the cost model."""
+    from dimr.decoding import Decoder
+    from dimr.decoding.costs import format_costs, get_gpu, measure, roofline, slim_tiers, tier_size
+
+    steps = _lengths(lengths)
+    counts = [int(k) for k in kept.split(",") if k.strip()] if kept else []
+    the_gpu = get_gpu(gpu) if gpu else None
+    if reps < 1:
+        raise DimrError(f"--reps {reps} must be at least 1")
+    _prepare(threads)
+    decoder = Decoder.load(pair, device=device, pairs_file=pairs_file)
+    tiers = {"draft": decoder.draft, **slim_tiers(decoder.full.model, slim or [], counts), "full": decoder.full}
+    costs = measure(tiers, steps, reps)
+    predicted = roofline(the_gpu, {n: tier_size(t.model) for n, t in tiers.items()}, steps) if the_gpu else None
+    if out is not None:
+        out.write_text(json.dumps(costs.to_dict(), indent=1))
+    if as_json:
+        console.print_json(json.dumps({"measured": costs.to_dict(),
+                                       "roofline": predicted.to_dict() if predicted else None}))
+        return
+    console.print(format_costs(costs, {n: tier_size(t.model)[1] for n, t in tiers.items()}, predicted),
+                  markup=False, highlight=False, soft_wrap=True)
+
+
 def register(app: typer.Typer) -> None:
     app.command("decode")(decode)
     app.command("bench-decode")(bench_decode)
+    app.command("bench-forward")(bench_forward)

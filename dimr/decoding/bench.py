@@ -16,15 +16,20 @@ compilation gained over the eager rows.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 import torch
 
+from dimr.decoding.costs import Costs, predict_from_counts
 from dimr.decoding.decoder import Decoder
 from dimr.decoding.sequence import DecodeConfig
 from dimr.decoding.stats import TIERS, DecodeStats
 
 HF = "hf-assisted"
+HF_SLIM = "hf-slim"
+HF_LOOKUP = "hf-lookup"
+HF_PEERS = (HF, HF_SLIM, HF_LOOKUP)
 COMPILED = "+c"  # suffix of the rows decoded with static caches and compiled forwards
 
 DEFAULT_PROMPTS = (
@@ -49,6 +54,7 @@ class BenchRow:
     speedup: float = float("nan")
     speedup_cpu: float = float("nan")
     predicted: float = float("nan")
+    modelled: float = float("nan")  # tokens/s the cost table predicts from this row's calls and tokens fed
 
 
 @dataclass
@@ -58,31 +64,43 @@ class BenchReport:
     prompts: int
     c_rel: dict[str, float]
     c_rel_compiled: dict[str, float] | None = None
+    costs: Costs | None = None
 
 
-def _hf_assisted(decoder: Decoder, prompt: torch.Tensor, config: DecodeConfig) -> tuple[list[int], DecodeStats]:
-    """transformers' own assisted generation (its default candidate schedule), with forward calls counted."""
-    stats = DecodeStats(HF, config.gamma)
+def _hf_assisted(decoder: Decoder, prompt: torch.Tensor, config: DecodeConfig,
+                 name: str = HF) -> tuple[list[int], DecodeStats]:
+    """transformers' own assisted generation (its default candidate schedule), with forward calls counted:
+    the draft model (``hf-assisted``), the slim verifier (``hf-slim``) or prompt look-up (``hf-lookup``)
+    as the assistant."""
+    stats = DecodeStats(name, config.gamma)
+    assistant = {HF: decoder.draft, HF_SLIM: decoder.slim, HF_LOOKUP: None}[name]
     hooks, started = [], {}
-    for name, tier in (("full", decoder.full), ("draft", decoder.draft)):
-        def pre(_m, _a, name=name):
-            started[name] = time.perf_counter(), time.process_time()
+    for tier in (decoder.full, assistant):
+        if tier is None:
+            continue
 
-        def post(_m, _a, _o, name=name):
-            stats.calls[name] += 1
-            stats.seconds[name] += time.perf_counter() - started[name][0]
-            stats.cpu_seconds_tier[name] += time.process_time() - started[name][1]
+        def pre(_m, _a, tier=tier.name):
+            started[tier] = time.perf_counter(), time.process_time()
 
-        hooks += [tier.model.register_forward_pre_hook(pre), tier.model.register_forward_hook(post)]
+        def post(_m, args, kwargs, _o, tier=tier.name):
+            stats.calls[tier] += 1
+            ids = kwargs.get("input_ids", args[0] if args else None)
+            stats.fed[tier] += ids.shape[-1] if ids is not None else 0
+            stats.seconds[tier] += time.perf_counter() - started[tier][0]
+            stats.cpu_seconds_tier[tier] += time.process_time() - started[tier][1]
+
+        hooks += [tier.model.register_forward_pre_hook(pre),
+                  tier.model.register_forward_hook(post, with_kwargs=True)]
     sample = config.temperature > 0
     kwargs = dict(do_sample=sample, temperature=config.temperature if sample else None,
                   top_p=config.top_p if sample else None, top_k=None)
+    kwargs.update(prompt_lookup_num_tokens=config.gamma) if assistant is None else kwargs.update(
+        assistant_model=assistant.model)
     eos = list(config.eos_token_ids) or None
     try:
         torch.manual_seed(config.seed)
         t0, c0 = time.perf_counter(), time.process_time()
-        out = decoder.full.model.generate(prompt[None], assistant_model=decoder.draft.model,
-                                          max_new_tokens=config.max_new_tokens, eos_token_id=eos,
+        out = decoder.full.model.generate(prompt[None], max_new_tokens=config.max_new_tokens, eos_token_id=eos,
                                           pad_token_id=eos[0] if eos else None, **kwargs)
         stats.wall_seconds = time.perf_counter() - t0
         stats.cpu_seconds = time.process_time() - c0
@@ -92,6 +110,15 @@ def _hf_assisted(decoder: Decoder, prompt: torch.Tensor, config: DecodeConfig) -
     tokens = out[0, prompt.numel():].tolist()
     stats.tokens = len(tokens)
     return tokens, stats
+
+
+def parse_spec(name: str, config: DecodeConfig) -> tuple[str, DecodeConfig]:
+    """A row name → (mode, its config): ``sd@2`` is sd at γ = 2, ``hier@2x8`` hier at γ = 2 and Γ = 8."""
+    mode, _, shape = name.partition("@")
+    if not shape:
+        return mode, config
+    gamma, _, window = shape.partition("x")
+    return mode, replace(config, gamma=int(gamma), **({"window": int(window)} if window else {}))
 
 
 @torch.inference_mode()
@@ -106,14 +133,17 @@ def output_nll(decoder: Decoder, prompt: torch.Tensor, tokens: list[int]) -> tup
 
 
 def run_bench(decoder: Decoder, prompts: list[str], modes: list[str], config: DecodeConfig,
-              hf: bool = True, warmup: bool = True, compiled: bool = False) -> BenchReport:
+              hf: bool | Sequence[str] = True, warmup: bool = True, compiled: bool = False) -> BenchReport:
     """Decode every prompt with every mode (``ar`` first) and the assisted-generation peer; with ``compiled``,
     every mode again on static caches and compiled forwards (compiled before the measurement).
 
     Modes are interleaved prompt by prompt, so that a change of load on a shared machine hits every row alike.
     """
     modes = ["ar"] + [m for m in modes if m != "ar"]
-    names = modes + ([HF] if hf else []) + ([m + COMPILED for m in modes] if compiled else [])
+    peers = list(HF_PEERS if hf is True else hf or [])
+    if decoder.slim is None and HF_SLIM in peers:
+        peers.remove(HF_SLIM)
+    names = modes + peers + ([m + COMPILED for m in modes] if compiled else [])
     encoded = [decoder.encode(p) for p in prompts]
     decoders = {"": decoder}
     if compiled:
@@ -122,6 +152,7 @@ def run_bench(decoder: Decoder, prompts: list[str], modes: list[str], config: De
                                                  decoder.tokenizer, compiled=True)
         decoders[COMPILED].warm_up(max(ids.numel() for ids in encoded) + config.max_new_tokens + config.gamma + 1,
                                    modes)
+    costs = decoder.costs or decoder.measure_costs()
     rows = [BenchRow(name, DecodeStats(name, 0 if name.startswith("ar") else config.gamma)) for name in names]
     if warmup:  # first-call allocations and lazy initialisation are not part of the measurement
         for name in names:
@@ -133,7 +164,7 @@ def run_bench(decoder: Decoder, prompts: list[str], modes: list[str], config: De
     _score(decoder, rows, encoded, config)
     c_rel = _relative_costs(rows, "")
     for suffix in decoders:
-        costs = c_rel if suffix == "" else _relative_costs(rows, suffix)
+        c_tier = c_rel if suffix == "" else _relative_costs(rows, suffix)
         ar = next(r.stats for r in rows if r.mode == "ar" + suffix)
         for row in rows:
             if row.mode.endswith(COMPILED) != (suffix == COMPILED):
@@ -142,15 +173,17 @@ def run_bench(decoder: Decoder, prompts: list[str], modes: list[str], config: De
             row.speedup = s.tokens_per_second / ar.tokens_per_second if ar.tokens_per_second else float("nan")
             row.speedup_cpu = (s.tokens_per_cpu_second / ar.tokens_per_cpu_second if ar.tokens_per_cpu_second
                                else float("nan"))
-            cost = sum(s.calls[t] * costs[t] for t in TIERS if s.calls[t])
+            cost = sum(s.calls[t] * c_tier[t] for t in TIERS if s.calls[t])
             row.predicted = s.tokens / cost if cost else float("nan")
+    for row in rows:
+        row.modelled = predict_from_counts(row.stats.tokens, row.stats.calls, row.stats.fed, costs)
     return BenchReport(rows, config, len(prompts), c_rel,
-                       _relative_costs(rows, COMPILED) if compiled else None)
+                       _relative_costs(rows, COMPILED) if compiled else None, costs)
 
 
 def _relative_costs(rows: list[BenchRow], suffix: str) -> dict[str, float]:
     """c_tier: a tier's mean forward CPU time over the rows with ``suffix`` / the full verifier's in ``ar``."""
-    ours = [r for r in rows if r.mode != HF and r.mode.endswith(COMPILED) == (suffix == COMPILED)]
+    ours = [r for r in rows if r.mode not in HF_PEERS and r.mode.endswith(COMPILED) == (suffix == COMPILED)]
     ar = next(r.stats for r in ours if r.mode == "ar" + suffix)
     full_call = ar.cpu_seconds_tier["full"] / max(ar.calls["full"], 1)
     c_rel = {"full": 1.0}
@@ -163,10 +196,11 @@ def _relative_costs(rows: list[BenchRow], suffix: str) -> dict[str, float]:
 
 def _decode(decoders: dict[str, Decoder], name: str, ids: torch.Tensor,
             config: DecodeConfig) -> tuple[list[int], DecodeStats]:
-    if name == HF:
-        return _hf_assisted(decoders[""], ids, config)
+    if name in HF_PEERS:
+        return _hf_assisted(decoders[""], ids, config, name)
     suffix = COMPILED if name.endswith(COMPILED) else ""
-    result = decoders[suffix].run(ids, name.removesuffix(COMPILED), config)
+    mode, config = parse_spec(name.removesuffix(COMPILED), config)
+    result = decoders[suffix].run(ids, mode, config)
     result.stats.mode = name
     return result.tokens, result.stats
 
@@ -182,7 +216,8 @@ def _score(decoder: Decoder, rows: list[BenchRow], encoded: list[torch.Tensor], 
             row.same_as_ar = sum(a == b for a, b in zip(row.outputs, rows[0].outputs, strict=True))
 
 
-COLUMNS = ("mode", "tok/s", "speed-up", "tok/cpu-s", "speed-up cpu", "predicted S", "mean acc. len",
+COLUMNS = ("mode", "tok/s", "speed-up", "tok/cpu-s", "speed-up cpu", "predicted S", "model tok/s", "model S",
+           "mean acc. len",
            "rej. rate", "full/tok", "slim/tok", "draft/tok", "out len", "NLL", "= ar", "cpu s draft", "cpu s slim",
            "cpu s full")
 
@@ -192,11 +227,13 @@ def table_rows(report: BenchReport) -> list[list[str]]:
     for r in report.rows:
         s = r.stats
         sd_like = not r.mode.startswith("ar")
-        acc_len = s.tokens / s.calls["full"] - 1 if r.mode == HF and s.calls["full"] else s.mean_accepted_length
+        hf = r.mode in HF_PEERS
+        acc_len = s.tokens / s.calls["full"] - 1 if hf and s.calls["full"] else s.mean_accepted_length
+        base = report.costs("full", 1) if report.costs else float("nan")
         out.append([
             r.mode, f"{s.tokens_per_second:.1f}", f"{r.speedup:.2f}x", f"{s.tokens_per_cpu_second:.1f}",
-            f"{r.speedup_cpu:.2f}x", f"{r.predicted:.2f}x",
-            f"{acc_len:.2f}" if sd_like else "-", f"{s.rejection_rate:.3f}" if sd_like and r.mode != HF else "-",
+            f"{r.speedup_cpu:.2f}x", f"{r.predicted:.2f}x", f"{r.modelled:.1f}", f"{r.modelled * base:.2f}x",
+            f"{acc_len:.2f}" if sd_like else "-", f"{s.rejection_rate:.3f}" if sd_like and not hf else "-",
             *(f"{s.calls_per_token(t):.3f}" for t in ("full", "slim", "draft")),
             f"{s.tokens / report.prompts:.1f}", f"{r.nll:.3f}",
             "-" if r.same_as_ar is None else f"{r.same_as_ar}/{report.prompts}",
@@ -205,12 +242,23 @@ def table_rows(report: BenchReport) -> list[list[str]]:
     return out
 
 
+def best_rows(report: BenchReport) -> dict[str, BenchRow]:
+    """The fastest row of each mode over its γ (Γ) variants (``sd@2``, ``sd@4``… → ``sd``)."""
+    best: dict[str, BenchRow] = {}
+    for row in report.rows:
+        mode = row.mode.partition("@")[0]
+        if mode not in best or row.stats.tokens_per_second > best[mode].stats.tokens_per_second:
+            best[mode] = row
+    return best
+
+
 def format_table(report: BenchReport) -> str:
     """A markdown table (the format of docs/decoding.md) plus one line with the measured relative costs."""
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(row) + " |" for row in table_rows(report)]
     c = report.c_rel
     cfg = report.config
+    base = report.costs("full", 1) if report.costs else float("nan")
     lines.append(f"\nc_rel (mean forward CPU time / the full verifier's in ar): draft {c['draft']:.3f}, "
                  f"slim {c['slim']:.3f}; "
                  f"{report.prompts} prompts, max {cfg.max_new_tokens} new tokens, gamma {cfg.gamma}, "
@@ -219,6 +267,9 @@ def format_table(report: BenchReport) -> str:
         c = report.c_rel_compiled
         lines.append(f"c_rel of the {COMPILED} rows (static caches, compiled forwards; speed-up and predicted S "
                      f"relative to ar{COMPILED}): draft {c['draft']:.3f}, slim {c['slim']:.3f}")
+    lines += ["", "best row per mode (tok/s as a ratio to ar; model = the cost table's prediction):",
+              *(f"  {mode:<12} {row.mode:<14} {row.speedup:.2f}x  model {row.modelled * base:.2f}x"
+                for mode, row in best_rows(report).items())]
     for row in report.rows:  # the same per-run summary `dimr decode --stats` prints
         lines += ["", *row.stats.lines()]
     return "\n".join(lines)

@@ -10,7 +10,8 @@ This is the Python API behind ``dimr decode``::
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from contextlib import nullcontext
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -18,12 +19,19 @@ from torch import Tensor
 from transformers import PreTrainedModel
 
 from dimr.decoding import modes, verify
-from dimr.decoding.proposer import ModelProposer
+from dimr.decoding.auto import Chooser, arms, auto
+from dimr.decoding.costs import Costs, measure
+from dimr.decoding.modes import Escalate
+from dimr.decoding.proposer import ModelProposer, NgramProposer
 from dimr.decoding.sequence import DecodeConfig, DecodeResult
+from dimr.decoding.shared import SharedPrefix, first_skipped_of
 from dimr.decoding.tiers import Tier
 from dimr.errors import DimrError
 
-MODES = ("ar", "sd", "self", "via")
+MODES = ("ar", "sd", "self", "via", "lookup", "hier", "auto")
+NEEDS_SLIM = ("self", "via", "hier")
+LOSSLESS_ONLY = ("lookup", "hier", "auto")  # modes that take no relaxed verification rule
+COST_LENGTHS = (1, 2, 3, 5, 9, 13, 17)  # forward lengths `auto` prices (γ + 1 up to 9, Γ + 1 up to 17)
 
 
 @dataclass
@@ -34,6 +42,17 @@ class Decoder:
     draft: Tier
     slim: Tier | None = None
     tokenizer: object | None = None
+    costs: Costs | None = None  # the cost table `auto` prices arms with; measured on first use if None
+    chooser: Chooser | None = field(default=None, repr=False)  # auto's running acceptance estimates
+    shared: SharedPrefix | None = field(default=None, repr=False)  # hier's shared-prefix escalation
+
+    def escalate(self, config: DecodeConfig) -> Escalate | None:
+        """The full forward hier escalates with: shared-prefix if the config asks for it and it applies."""
+        if not config.share_prefix or self.slim is None or first_skipped_of(self.slim) == 0:
+            return None
+        if self.shared is None:
+            self.shared = SharedPrefix(self.full, self.slim)
+        return self.shared.forward
 
     @classmethod
     def from_models(cls, verifier: PreTrainedModel, draft: PreTrainedModel, slim: PreTrainedModel | None = None,
@@ -68,11 +87,30 @@ class Decoder:
     def warm_up(self, capacity: int = 240, modes: Sequence[str] = MODES) -> None:
         """Compile the forwards of the compiled tiers that ``modes`` use, for decodes of up to ``capacity``
         tokens in all, so that no decode waits for a compile."""
-        used = {"full"} | ({"draft"} if {"sd", "via"} & set(modes) else set()) | (
-            {"slim"} if {"self", "via"} & set(modes) else set())
+        used = {"full"} | ({"draft"} if {"sd", "via", "hier", "auto"} & set(modes) else set()) | (
+            {"slim"} if {"self", "via", "hier", "auto"} & set(modes) else set())
         for tier in (self.full, self.draft, self.slim):
             if tier is not None and tier.name in used:
                 tier.warm_up(capacity)
+
+    def tiers(self) -> dict[str, Tier]:
+        return {t.name: t for t in (self.draft, self.slim, self.full) if t is not None}
+
+    def measure_costs(self, lengths: Sequence[int] = COST_LENGTHS, reps: int = 3) -> Costs:
+        """Time every tier on this machine (a few seconds) and keep the table for ``auto``."""
+        self.costs = measure(self.tiers(), lengths, reps)
+        self.chooser = None
+        return self.costs
+
+    def auto_chooser(self) -> Chooser:
+        if self.chooser is None:
+            costs = self.costs or self.measure_costs()
+            self.chooser = Chooser(costs, arms(draft=True, slim=self.slim is not None))
+        return self.chooser
+
+    @property
+    def vocab_size(self) -> int:
+        return self.full.model.get_output_embeddings().weight.shape[0]
 
     @property
     def device(self) -> torch.device:
@@ -95,13 +133,15 @@ class Decoder:
 
     def run(self, prompt: Tensor, mode: str, config: DecodeConfig,
             targets: verify.TargetsFn = verify.lossless) -> DecodeResult:
-        """Decode token ids [L] with ``mode`` (ar | sd | self | via); ``targets``: the verification rule."""
+        """Decode token ids [L] with ``mode`` (one of :data:`MODES`); ``targets``: the verification rule."""
         if mode not in MODES:
             raise DimrError(f"unknown decoding mode {mode!r}; use one of {', '.join(MODES)}")
-        if mode in ("self", "via") and self.slim is None:
+        if mode in NEEDS_SLIM and self.slim is None:
             raise DimrError(f"mode {mode!r} needs a slim verifier; pass --slim with an exported slim config")
         if mode == "ar" and targets is not verify.lossless:
             raise DimrError("mode 'ar' has no draft to verify; use a relaxed rule with sd, self or via")
+        if mode in LOSSLESS_ONLY and targets is not verify.lossless:
+            raise DimrError(f"mode {mode!r} is lossless only; use a relaxed rule with sd, self or via")
         needs_hidden = bool(getattr(targets, "needs_hidden", False))
         for tier in (self.full, self.draft, self.slim):
             if tier is not None:
@@ -112,6 +152,16 @@ class Decoder:
             return modes.sd(ModelProposer(self.draft), self.full, prompt, config, targets=targets)
         if mode == "self":
             return modes.sd(ModelProposer(self.slim), self.full, prompt, config, mode="self", targets=targets)
+        if mode == "lookup":
+            return modes.sd(NgramProposer(self.vocab_size), self.full, prompt, config, mode="lookup")
+        if mode in ("hier", "auto"):
+            escalate = self.escalate(config)
+            with self.shared.recording() if escalate else nullcontext():
+                if mode == "hier":
+                    return modes.hier(ModelProposer(self.draft), self.slim, self.full, prompt, config,
+                                      escalate=escalate)
+                return auto(self.auto_chooser(), self.full, self.draft, self.slim, prompt, config,
+                            self.vocab_size, escalate=escalate)
         return modes.via(ModelProposer(self.draft), self.slim, self.full, prompt, config, targets=targets)
 
     def generate(self, prompt: str, mode: str = "via", config: DecodeConfig | None = None,

@@ -1,7 +1,8 @@
 """The draft tier as a proposer: something that proposes γ tokens with the distributions they came from.
 
-Today a proposer is a model with its own KV cache: the draft model (``sd``, ``via``) or the slim verifier
-(``self``). Another proposer (n-gram look-up, early exit) only has to implement :class:`Proposer`.
+A proposer is a model with its own KV cache — the draft model (``sd``, ``via``) or the slim verifier
+(``self``) — or :class:`NgramProposer`, prompt-lookup drafts that need no model (``lookup``). Another
+proposer (early exit…) only has to implement :class:`Proposer`.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from dimr.divergence import own_probs
 
 
 class Proposer(Protocol):
-    tier: Tier
+    tier: Tier | None  # None: the proposer runs no model
+    name: str  # the tier name in acceptance statistics: draft, slim or lookup
 
     def propose(self, ids: Tensor, gamma: int, sampler: Sampler, generator: torch.Generator | None,
                 stop_below: float = 0.0) -> tuple[Tensor, Tensor, Tensor]:
@@ -38,6 +40,7 @@ class ModelProposer:
 
     def __init__(self, tier: Tier) -> None:
         self.tier = tier
+        self.name = tier.name
         self.hidden: Tensor | None = None  # [γ, d]: last hidden states of the last proposal, if tier.keep_hidden
 
     def propose(self, ids: Tensor, gamma: int, sampler: Sampler, generator: torch.Generator | None,
@@ -60,3 +63,36 @@ class ModelProposer:
 
     def keep(self, length: int) -> None:
         self.tier.crop(length)
+
+
+def lookup(ids: Tensor, gamma: int, max_ngram: int = 3, min_ngram: int = 1) -> Tensor:
+    """Up to ``gamma`` tokens that followed the latest earlier occurrence of the longest suffix n-gram of
+    ``ids`` (``max_ngram`` down to ``min_ngram`` tokens); empty if no suffix n-gram occurred before."""
+    for n in range(min(max_ngram, ids.numel() - 1), min_ngram - 1, -1):
+        hits = (ids[:-1].unfold(0, n, 1) == ids[-n:]).all(-1).nonzero()  # windows ending before the last token
+        if hits.numel():
+            start = int(hits[-1, 0]) + n
+            return ids[start:start + gamma]
+    return ids[:0]
+
+
+class NgramProposer:
+    """Prompt-lookup decoding (HF's ``prompt_lookup_num_tokens``, vLLM's n-gram speculator): the draft is
+    what followed the last n-gram earlier in the prompt and output. Deterministic, so its distribution is
+    one-hot and speculative sampling against it stays lossless (acceptance q(x), residual (q − 1_x)+)."""
+
+    tier = None
+    name = "lookup"
+    hidden = None
+
+    def __init__(self, vocab_size: int, max_ngram: int = 3, min_ngram: int = 1) -> None:
+        self.vocab_size, self.max_ngram, self.min_ngram = vocab_size, max_ngram, min_ngram
+
+    def propose(self, ids: Tensor, gamma: int, sampler: Sampler, generator: torch.Generator | None,
+                stop_below: float = 0.0) -> tuple[Tensor, Tensor, Tensor]:
+        tokens = lookup(ids, gamma, self.max_ngram, self.min_ngram)
+        probs = torch.nn.functional.one_hot(tokens, self.vocab_size).float()
+        return tokens, probs, probs.log()
+
+    def keep(self, length: int) -> None:
+        pass

@@ -48,6 +48,8 @@ class DecodeConfig:
     seed: int = 0
     eos_token_ids: tuple[int, ...] = ()
     draft_stop: float = 0.0  # stop drafting after a token the draft gives less than this (0 = always gamma)
+    window: int = 8  # hier: slim-accepted tokens the full verifier checks in one forward (Γ)
+    share_prefix: bool = True  # hier: the full forward starts from the slim's state at its first skipped layer
     thresholds: Thresholds = Thresholds()
 
     def __post_init__(self) -> None:
@@ -58,6 +60,7 @@ class DecodeConfig:
             raise DimrError("; ".join(problems) + "; fix the decoding options")
         problems = [msg for bad, msg in (
             (self.gamma < 1, f"gamma {self.gamma} must be at least 1"),
+            (self.window < 1, f"window {self.window} must be at least 1"),
             (self.max_new_tokens < 0, f"max_new_tokens {self.max_new_tokens} must not be negative"),
             (self.temperature < 0, f"temperature {self.temperature} must be 0 (greedy) or positive"),
             (not 0 < self.top_p <= 1, f"top_p {self.top_p} must be in (0, 1]"),
@@ -85,7 +88,9 @@ class Output:
 
     KINDS = ("accepted", "direct", "regenerated", "escalated", "bonus")
 
-    def __init__(self, prompt: Tensor, config: DecodeConfig, stats: DecodeStats, tiers: list[Tier]) -> None:
+    def __init__(self, prompt: Tensor, config: DecodeConfig, stats: DecodeStats,
+                 tiers: list[Tier | None]) -> None:
+        tiers = [t for t in tiers if t is not None]
         self.ids = prompt
         self.new: list[int] = []
         self.config = config
@@ -93,7 +98,7 @@ class Output:
         self.tiers = tiers
         self.done = config.max_new_tokens <= 0
         for tier in tiers:  # the most any tier is fed: the output so far plus a drafted block and its bonus
-            tier.reset(capacity=prompt.numel() + config.max_new_tokens + config.gamma + 1)
+            tier.reset(capacity=prompt.numel() + config.max_new_tokens + max(config.gamma, config.window) + 1)
         self.t0, self.c0 = time.perf_counter(), time.process_time()
 
     @property
@@ -125,6 +130,7 @@ class Output:
         self.stats.tokens = len(self.new)
         for tier in self.tiers:
             self.stats.calls[tier.name] += tier.calls
+            self.stats.fed[tier.name] += tier.fed
             self.stats.seconds[tier.name] += tier.seconds
             self.stats.cpu_seconds_tier[tier.name] += tier.cpu_seconds
         return DecodeResult(self.new, self.stats)

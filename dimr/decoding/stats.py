@@ -36,6 +36,7 @@ class DecodeStats:
     escalated: int = 0
     bonus: int = 0
     calls: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TIERS, 0))
+    fed: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TIERS, 0))  # tokens fed per tier
     seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(TIERS, 0.0))
     cpu_seconds_tier: dict[str, float] = field(default_factory=lambda: dict.fromkeys(TIERS, 0.0))
     wall_seconds: float = 0.0
@@ -69,6 +70,7 @@ class DecodeStats:
                      "escalated", "bonus", "wall_seconds", "cpu_seconds"):
             setattr(out, name, getattr(self, name) + getattr(other, name))
         out.calls = {t: self.calls[t] + other.calls[t] for t in TIERS}
+        out.fed = {t: self.fed[t] + other.fed[t] for t in TIERS}
         out.seconds = {t: self.seconds[t] + other.seconds[t] for t in TIERS}
         out.cpu_seconds_tier = {t: self.cpu_seconds_tier[t] + other.cpu_seconds_tier[t] for t in TIERS}
         return out

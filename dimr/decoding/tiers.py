@@ -5,9 +5,10 @@ rejection :meth:`Tier.crop` drops the tail, nothing is recomputed.
 
 Two kinds of cache:
 
-- dynamic (default): transformers' ``DynamicCache``, which grows by ``torch.cat`` each forward. Sliding-window
-  layers (Gemma2) are put in past-recording mode so that a crop can roll back past the window; that mode
-  needs exactly one ``crop`` after the forwards that grew the cache, which the decoding loops do every block.
+- dynamic (default): transformers' ``DynamicCache``, which grows by ``torch.cat`` each forward. Built without
+  the model config, so sliding-window layers (Gemma2, Mistral) keep their whole history too (the attention
+  mask still applies the window): a crop can roll back any distance, as ``hier`` needs after several
+  inner blocks.
 - static + compiled (``compiled=True``, the gpt-fast recipe): transformers' ``StaticLayer``s preallocated for
   the whole decode, where a crop only moves the write position, and a ``torch.compile``d forward (CUDA graphs
   on GPU).
@@ -61,6 +62,7 @@ class Tier:
     cache: Cache = field(init=False)
     length: int = field(init=False, default=0)
     calls: int = field(init=False, default=0)
+    fed: int = field(init=False, default=0)  # tokens fed in all forwards
     seconds: float = field(init=False, default=0.0)
     cpu_seconds: float = field(init=False, default=0.0)
     keep_hidden: bool = False  # also keep the last hidden states of each forward (relaxed rules)
@@ -84,9 +86,8 @@ class Tier:
             self._static_cache.reset()
             self.cache = self._static_cache
         else:
-            self.cache = DynamicCache(config=self.model.config)
-            self.cache.activate_past_recording()
-        self.length = self.calls = 0
+            self.cache = DynamicCache()
+        self.length = self.calls = self.fed = 0
         self.seconds = self.cpu_seconds = 0.0
 
     def _new_static_cache(self, size: int) -> Cache:
@@ -139,6 +140,7 @@ class Tier:
         if logits.device.type == "cuda":
             torch.cuda.synchronize(logits.device)
         self.calls += 1
+        self.fed += n
         self.seconds += time.perf_counter() - t0
         self.cpu_seconds += time.process_time() - c0
         return logits

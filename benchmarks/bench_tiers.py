@@ -1,0 +1,97 @@
+"""Every lossless mode at several γ (Γ), lossy via, auto and transformers' assisted generation (with the
+draft, the slim verifier and prompt look-up as assistant), on three workloads, greedy and T = 0.7.
+
+    python benchmarks/bench_tiers.py --pair mini --slim benchmarks/results/mini_slim.json --threads 1
+
+One run: the cost table is measured once (``dimr bench-forward``'s numbers), then per workload and
+temperature one ``run_bench`` table, and a summary of the best row per mode as ratios to ``ar`` with the
+cost model's prediction beside it. ``--out`` writes every row as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch  # noqa: E402
+from transformers.utils import logging  # noqa: E402
+
+from dimr.decoding import DecodeConfig, Decoder  # noqa: E402
+from dimr.decoding.bench import best_rows, format_table, run_bench  # noqa: E402
+from dimr.zoo import DATA_DIR  # noqa: E402
+
+MODES = ("ar,sd@1,sd@2,sd@4,self@2,self@4,lookup@2,lookup@4,hier@1x4,hier@2x8,hier@4x12,via,auto")
+PROSE = ("The history of the printing press begins in", "Once upon a time, in a small village by the sea,",
+         "The main causes of the French Revolution were", "Photosynthesis is the process by which")
+
+
+def workload(pair: str, name: str, n: int) -> list[str]:
+    """``n`` prompts of workload ``name``: the SmolLM2 pair's own held-out chat prompts, prose and addition
+    task (chat-formatted), else HumanEval, built-in prose openings and the mini pair's arithmetic task."""
+    if pair == "smollm2":
+        file, keep = {"code": ("prompts_heldout.jsonl", lambda r: r.get("kind") == "code"),
+                      "prose": ("prose_heldout.jsonl", lambda r: True),
+                      "task": ("task_addition.jsonl", lambda r: True)}[name]
+        rows = [json.loads(line) for line in (DATA_DIR / "smollm2" / file).read_text().splitlines()]
+        texts = [r["text"] for r in rows if keep(r)][:n]
+        return [" ".join(t.split()[:60]) if name == "prose" else t for t in texts]
+    if name == "prose":
+        return list(PROSE[:n])
+    path = DATA_DIR / {"code": "humaneval_prompts.jsonl", "task": "heldout_task.jsonl"}[name]
+    rows = [json.loads(line) for line in path.read_text().splitlines()[:n]]
+    return [r.get("prompt") or r["text"] for r in rows]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pair", default="mini")
+    ap.add_argument("--slim")
+    ap.add_argument("--modes", default=MODES)
+    ap.add_argument("--workloads", default="code,prose,task")
+    ap.add_argument("--temperatures", default="0,0.7")
+    ap.add_argument("--prompts", type=int, default=2, help="prompts per workload")
+    ap.add_argument("--max-new-tokens", type=int, default=48)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--no-hf", action="store_true")
+    ap.add_argument("--out")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    logging.disable_progress_bar()
+    t0 = time.time()
+    decoder = Decoder.load(args.pair, slim=args.slim, device="cpu")
+    costs = decoder.measure_costs()
+    print(f"pair {args.pair}: cost table (ms) " + ", ".join(
+        f"{t} c(1) {costs(t, 1) * 1e3:.2f} c(5) {costs(t, 5) * 1e3:.2f} c(9) {costs(t, 9) * 1e3:.2f}"
+        for t in costs.table))
+    modes = [m for m in args.modes.split(",") if decoder.slim or m.partition("@")[0] not in ("self", "via", "hier")]
+    summary, dump = [], []
+    for temperature in (float(t) for t in args.temperatures.split(",")):
+        for name in args.workloads.split(","):
+            config = DecodeConfig(max_new_tokens=args.max_new_tokens, temperature=temperature, top_p=1.0)
+            report = run_bench(decoder, workload(args.pair, name, args.prompts), modes, config, hf=not args.no_hf)
+            print(f"\n## {args.pair} {name} T={temperature}\n\n{format_table(report)}", flush=True)
+            base = costs("full", 1)
+            best = best_rows(report)
+            summary.append((name, temperature, {m: (r.mode, r.speedup, r.modelled * base) for m, r in best.items()}))
+            dump += [{"workload": name, "temperature": temperature, "mode": r.mode, "speedup": r.speedup,
+                      "model_speedup": r.modelled * base, "nll": r.nll, "same_as_ar": r.same_as_ar,
+                      **r.stats.to_dict()} for r in report.rows]
+    print(f"\n## summary {args.pair}: best row per mode, tok/s ratio to ar (cost-model prediction)\n")
+    modes_seen = list(summary[0][2])
+    print("| workload | T | " + " | ".join(modes_seen) + " |\n|---|---|" + "---|" * len(modes_seen))
+    for name, temperature, best in summary:
+        print(f"| {name} | {temperature} | " + " | ".join(
+            f"{best[m][1]:.2f}x ({best[m][2]:.2f}x) {best[m][0].partition('@')[2]}" if m in best else "-"
+            for m in modes_seen) + " |")
+    print(f"\n{time.time() - t0:.0f} s in all")
+    if args.out:
+        Path(args.out).write_text(json.dumps({"costs": costs.to_dict(), "rows": dump}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,254 @@
+"""The cost model: what one forward of each tier costs, and the tokens/s each mode and γ then deliver.
+
+- :class:`Costs` holds c(tier, n), the seconds of one forward of ``n`` tokens on a warm KV cache, per tier
+  (``draft``, ``slim``, ``full``; ``lookup`` — the n-gram proposer — costs nothing). Between measured
+  lengths it interpolates linearly, beyond the last one it extrapolates the last slope.
+- :func:`measure` times the tiers of a :class:`~dimr.decoding.Decoder` on the machine at hand
+  (``dimr bench-forward``); :func:`roofline` predicts them for a named GPU from parameter counts alone:
+  weight bytes / memory bandwidth, flat in n up to the compute knee (2·params·n FLOPs / peak), plus a fixed
+  per-layer launch overhead.
+- :func:`predict` is the pure speed model of one mode and γ from per-token acceptance rates (i.i.d.
+  acceptance, the standard analysis of speculative decoding); :func:`predict_from_counts` the one that
+  replays a decode's actual call counts on a cost table.
+
+A block of ``sd`` costs γ·c(draft, 1) + c(full, γ+1) and yields (1 − α^(γ+1))/(1 − α) tokens; ``hier``
+(draft → slim → full) fills a window of Γ slim-accepted tokens with inner blocks of γ against the slim
+verifier, then checks the window with one full forward of Γ + 1 tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from dimr.errors import DimrError
+
+FREE = "lookup"  # the n-gram proposer: a table look-up, no forward
+
+
+@dataclass(frozen=True)
+class Costs:
+    """c(tier, n) in seconds. ``table[tier][n]``; ``source`` says where the numbers came from."""
+
+    table: Mapping[str, Mapping[int, float]]
+    source: str = "measured"
+
+    def __call__(self, tier: str, n: float) -> float:
+        if tier == FREE:
+            return 0.0
+        if tier not in self.table:
+            raise DimrError(f"the cost table ({self.source}) has no tier {tier!r}; measure it with "
+                            "`dimr bench-forward` (with --slim for the slim tier)")
+        points = sorted(self.table[tier].items())
+        if len(points) == 1 or n <= points[0][0]:
+            return points[0][1]
+        for (n0, c0), (n1, c1) in zip(points, points[1:], strict=False):
+            if n <= n1:
+                return c0 + (c1 - c0) * (n - n0) / (n1 - n0)
+        (n0, c0), (n1, c1) = points[-2], points[-1]
+        return c1 + (c1 - c0) * (n - n1) / (n1 - n0)
+
+    def relative(self, tier: str, n: int) -> float:
+        """c(tier, n) / c(full, 1): multiples of one autoregressive step."""
+        return self(tier, n) / self("full", 1)
+
+    def to_dict(self) -> dict:
+        return {"source": self.source, "table": {t: {str(n): c for n, c in row.items()}
+                                                 for t, row in self.table.items()}}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Costs:
+        return cls({t: {int(n): float(c) for n, c in row.items()} for t, row in data["table"].items()},
+                   data.get("source", "file"))
+
+    @classmethod
+    def load(cls, path: Path) -> Costs:
+        try:
+            return cls.from_dict(json.loads(Path(path).read_text()))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            raise DimrError(f"cannot read the cost table {path} ({e}); write it with "
+                            "`dimr bench-forward --json > costs.json`") from None
+
+
+# --- measuring ------------------------------------------------------------------------------------------
+
+@torch.inference_mode()
+def forward_seconds(tier, n: int, reps: int, prefix: int = 64) -> float:
+    """Median seconds of one ``n``-token forward of ``tier`` after a ``prefix``-token warm cache."""
+    device = tier.model.device
+    tier.reset(prefix + n + 1)
+    tier.forward(torch.arange(prefix, device=device) % 50 + 3, keep=1)
+    x = torch.arange(n, device=device) % 50 + 7
+    times = []
+    for i in range(reps + 1):
+        t0 = time.perf_counter()
+        tier.forward(x, keep=n)
+        if i:  # the first one warms allocations
+            times.append(time.perf_counter() - t0)
+        tier.crop(prefix)
+    return sorted(times)[len(times) // 2]
+
+
+def measure(tiers: Mapping[str, object], lengths: Iterable[int] = range(1, 17), reps: int = 5,
+            prefix: int = 64) -> Costs:
+    """Time every tier (name → :class:`~dimr.decoding.tiers.Tier`) at every length: a measured table."""
+    lengths = list(lengths)
+    return Costs({name: {n: forward_seconds(tier, n, reps, prefix) for n in lengths}
+                  for name, tier in tiers.items()})
+
+
+def fit_per_layer(points: Mapping[int, float]) -> tuple[float, float]:
+    """Least-squares c = fixed + per_layer · kept over (kept layers → seconds) → (fixed, per_layer)."""
+    xs, ys = list(points), list(points.values())
+    if len(xs) < 2:
+        return float(ys[0]) if ys else float("nan"), float("nan")
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
+    return my - slope * mx, slope
+
+
+# --- roofline -------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Gpu:
+    name: str
+    bandwidth: float  # bytes/s of HBM
+    flops: float  # dense bf16 FLOP/s
+    launch: float = 8e-6  # seconds of fixed overhead per decoder layer (kernel launches, without CUDA graphs)
+
+
+GPUS = {g.name: g for g in (
+    Gpu("H200", 4.8e12, 989e12), Gpu("H100", 3.35e12, 989e12), Gpu("A100", 2.0e12, 312e12),
+    Gpu("L4", 0.3e12, 121e12), Gpu("RTX4090", 1.0e12, 165e12),
+)}
+
+
+def get_gpu(name: str) -> Gpu:
+    for key, gpu in GPUS.items():
+        if key.lower() == name.lower():
+            return gpu
+    raise DimrError(f"unknown GPU {name!r}; choose one of {', '.join(GPUS)}")
+
+
+def roofline_seconds(gpu: Gpu, params: float, layers: int, n: int, bytes_per_param: float = 2.0) -> float:
+    """One forward of ``n`` tokens: max(weights / bandwidth, 2·params·n / peak) + per-layer launch overhead."""
+    return max(params * bytes_per_param / gpu.bandwidth, 2 * params * n / gpu.flops) + layers * gpu.launch
+
+
+def roofline(gpu: Gpu, tiers: Mapping[str, tuple[float, int]], lengths: Iterable[int] = range(1, 17),
+             bytes_per_param: float = 2.0) -> Costs:
+    """A predicted table from (parameters, decoder layers) per tier."""
+    lengths = list(lengths)
+    return Costs({name: {n: roofline_seconds(gpu, p, layers, n, bytes_per_param) for n in lengths}
+                  for name, (p, layers) in tiers.items()}, f"roofline {gpu.name}")
+
+
+def tier_size(model: torch.nn.Module) -> tuple[float, int]:
+    """(parameters, decoder layers) of a model; a slim verifier counts only its kept layers."""
+    layers = getattr(getattr(model, "model", None), "layers", None)
+    return float(sum(p.numel() for p in model.parameters())), len(layers) if layers is not None else 0
+
+
+# --- predicting -----------------------------------------------------------------------------------------
+
+def expected_tokens(alpha: float, gamma: int) -> float:
+    """Tokens per verification of γ drafts with i.i.d. per-token acceptance α: (1 − α^(γ+1)) / (1 − α)."""
+    if alpha >= 1.0:
+        return gamma + 1.0
+    return (1 - alpha ** (gamma + 1)) / (1 - alpha)
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    """Per-token acceptance rates: proposer → target, e.g. ``{("draft", "full"): 0.6}``."""
+
+    rates: Mapping[tuple[str, str], float] = field(default_factory=dict)
+
+    def __call__(self, proposer: str, target: str) -> float:
+        if (proposer, target) not in self.rates:
+            raise DimrError(f"no acceptance rate of {proposer} against {target}; decode with a mode that "
+                            "runs that pair of tiers first")
+        return self.rates[(proposer, target)]
+
+
+def block(mode: str, gamma: int, acceptance: Acceptance, costs: Costs, window: int = 0,
+          proposer: str = "draft") -> tuple[float, float]:
+    """(expected tokens, seconds) of one block of ``mode`` (ar | sd | self | lookup | hier) at γ (and Γ).
+
+    ``proposer``: the draft tier of ``sd`` and ``hier`` (``draft`` or ``lookup``). i.i.d. acceptance.
+    """
+    if mode == "ar":
+        return 1.0, costs("full", 1)
+    if mode in ("sd", "self", "lookup"):
+        drafter = {"sd": proposer, "self": "slim", "lookup": FREE}[mode]
+        tokens = expected_tokens(acceptance(drafter, "full"), gamma)
+        return tokens, gamma * costs(drafter, 1) + costs("full", gamma + 1)
+    if mode == "hier":
+        if window < 1:
+            raise DimrError("hier needs a window of at least one token")
+        inner = expected_tokens(acceptance(proposer, "slim"), gamma)
+        inner_cost = gamma * costs(proposer, 1) + costs("slim", gamma + 1)
+        tokens = expected_tokens(acceptance("slim", "full"), window)
+        return tokens, window / inner * inner_cost + costs("full", window + 1)
+    raise DimrError(f"no speed model for mode {mode!r}; use ar, sd, self, lookup or hier")
+
+
+def predict(mode: str, gamma: int, acceptance: Acceptance, costs: Costs, window: int = 0,
+            proposer: str = "draft") -> float:
+    """Predicted tokens/s of ``mode`` at γ (and window Γ for hier): :func:`block`'s tokens / seconds."""
+    tokens, seconds = block(mode, gamma, acceptance, costs, window, proposer)
+    return tokens / seconds
+
+
+def predict_from_counts(tokens: int, calls: Mapping[str, int], fed: Mapping[str, int], costs: Costs) -> float:
+    """Tokens/s of a decode that made ``calls[tier]`` forwards feeding ``fed[tier]`` tokens in all, each
+    forward priced at c(tier, mean tokens per forward)."""
+    seconds = sum(calls[t] * costs(t, fed[t] / calls[t]) for t in calls if calls[t])
+    return tokens / seconds if seconds > 0 else math.nan
+
+
+# --- the bench-forward table ----------------------------------------------------------------------------
+
+def spread_mask(layers: int, kept: int) -> tuple[bool, ...]:
+    """Keep ``kept`` of ``layers`` layers spread evenly, the first and the last always among them."""
+    if not 1 <= kept <= layers:
+        raise DimrError(f"cannot keep {kept} of {layers} layers; pass --kept between 1 and {layers}")
+    chosen = {round(i * (layers - 1) / max(kept - 1, 1)) for i in range(kept)} if kept > 1 else {0}
+    return tuple(i in chosen for i in range(layers))
+
+
+def slim_tiers(verifier: torch.nn.Module, configs: Iterable[Path], kept: Iterable[int]) -> dict[str, object]:
+    """Slim tiers named ``slim:<kept layers>`` from slim configs and from evenly spread masks."""
+    from dimr.decoding.tiers import Tier
+    from dimr.slim import num_layers, slim_verifier
+    from dimr.slim_config import apply_slim_config, load_slim_config
+
+    models = [apply_slim_config(load_slim_config(Path(c)), verifier) for c in configs]
+    models += [slim_verifier(verifier, spread_mask(num_layers(verifier), k)) for k in kept]
+    return {f"slim:{num_layers(m)}": Tier("slim", m) for m in models}
+
+
+def format_costs(costs: Costs, layers: Mapping[str, int], predicted: Costs | None = None) -> str:
+    """Markdown: ms per forward by tier and length, each length's multiple of that tier's 1-token forward,
+    the fit fixed + per-layer cost over the verifier's slims, and the roofline table if given."""
+    lines = []
+    for table in (costs, predicted) if predicted else (costs,):
+        lengths = sorted(next(iter(table.table.values())))
+        lines += [f"\n{table.source}: ms per forward (multiple of the tier's 1-token forward)",
+                  "| tier | layers | " + " | ".join(f"{n} tok" for n in lengths) + " |",
+                  "|---|---|" + "---|" * len(lengths)]
+        for name, row in table.table.items():
+            cells = [f"{row[n] * 1e3:.2f} ({row[n] / row[lengths[0]]:.2f})" for n in lengths]
+            lines.append(f"| {name} | {layers.get(name, '')} | " + " | ".join(cells) + " |")
+    one = {layers[n]: row[min(row)] for n, row in costs.table.items() if n != "draft"}
+    fixed, per_layer = fit_per_layer(one)
+    if len(one) > 1:
+        lines.append(f"\n1-token forward of the verifier and its slims ≈ {fixed * 1e3:.2f} ms + "
+                     f"{per_layer * 1e3:.3f} ms per kept layer")
+    return "\n".join(lines).lstrip("\n")

@@ -1,0 +1,248 @@
+"""The lossless modes beyond sd: n-gram drafts (``lookup``), staged three-tier speculation (``hier``) and
+``auto``; and the cost model that prices them. Tiny models of every routed family (tests/test_decoding.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from test_decoding import FAMILIES, NEW_TOKENS, PROMPT, build_pair, check_counters
+from test_decoding_dist import P_PASS, broken_accept, chi_square_p, exact_two_tokens
+
+from dimr.decoding import DecodeConfig, modes
+from dimr.decoding.auto import Arm, Chooser, auto
+from dimr.decoding.costs import GPUS, Acceptance, Costs, predict, predict_from_counts, roofline
+from dimr.decoding.decoder import Decoder
+from dimr.decoding.proposer import ModelProposer, NgramProposer, lookup
+from dimr.decoding.sampling import Sampler
+from dimr.decoding.sequence import Output
+from dimr.decoding.shared import SharedPrefix
+from dimr.decoding.stats import DecodeStats
+from dimr.decoding.tiers import Tier
+from dimr.slim import decoder_layers, slim_verifier
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def decoder(request) -> Decoder:
+    verifier, draft = build_pair(request.param)
+    return Decoder.from_models(verifier, draft, slim_verifier(verifier, (True, False, True, True)))
+
+
+# --- n-gram proposer ------------------------------------------------------------------------------------
+
+def test_lookup_proposes_what_the_prompt_contains():
+    ids = torch.tensor([10, 2, 3, 4, 11, 3, 5, 2, 3])
+    assert lookup(ids, 3).tolist() == [4, 11, 3]  # the longest suffix n-gram that occurred: (2, 3)
+    assert lookup(ids, 3, max_ngram=1).tolist() == [5, 2, 3]  # (3,): its latest earlier occurrence
+    assert lookup(ids, 8).tolist() == [4, 11, 3, 5, 2, 3]  # as much as there is
+    assert lookup(torch.tensor([1, 2, 3, 4]), 3).numel() == 0  # nothing repeats
+    tokens, probs, _ = NgramProposer(12).propose(ids, 2, Sampler(), None)
+    assert tokens.tolist() == [4, 11] and probs.argmax(-1).tolist() == [4, 11] and probs.sum().item() == 2
+
+
+# --- greedy: every lossless mode reproduces ar -----------------------------------------------------------
+
+@pytest.mark.parametrize("gamma,window", [(2, 3), (3, 6)])
+def test_greedy_lookup_hier_auto_equal_ar(decoder: Decoder, gamma: int, window: int):
+    config = DecodeConfig(max_new_tokens=NEW_TOKENS, gamma=gamma, window=window)
+    ar = decoder.run(PROMPT, "ar", config)
+    decoder.costs = Costs({t: {1: 1.0, 17: 1.0 + 0.05 * 16} for t in ("draft", "slim", "full")}, "test")
+    decoder.chooser = None
+    for mode in ("lookup", "hier", "auto"):
+        result = decoder.run(PROMPT, mode, config)
+        assert result.tokens == ar.tokens, mode
+        check_counters(result.stats)
+    hier = decoder.run(PROMPT, "hier", config).stats
+    assert hier.calls["full"] == hier.blocks < NEW_TOKENS and hier.calls["slim"] > hier.blocks
+    assert hier.accepted > 0 and hier.rejected > 0  # the window is sometimes kept, sometimes cut
+
+
+# --- sampled hier: the verifier's law; a broken acceptance rule is caught ---------------------------------
+
+DIST_PROMPT = torch.tensor([3, 7, 5, 4])
+RUNS = 800
+
+
+@pytest.fixture(scope="module")
+def three_tiers():
+    """8-token vocabulary; a 3-layer verifier, its slim (layer 1 skipped), and a draft with a rolled head."""
+    verifier, draft = build_pair("llama", layers=3, vocab=8, head_scale=1.0, seed=3)
+    with torch.no_grad():
+        draft.lm_head.weight.copy_(torch.roll(verifier.lm_head.weight, 1, 0))
+    return verifier, slim_verifier(verifier, (True, False, True)), draft
+
+
+def sampled_two_tokens_hier(verifier, slim, draft, config: DecodeConfig, accept) -> np.ndarray:
+    full, slim_tier, proposer = Tier("full", verifier), Tier("slim", slim), ModelProposer(Tier("draft", draft))
+    counts = np.zeros((8, 8))
+    for seed in range(RUNS):  # windows of 1 and 2 with γ of 1: every stage accepts, rejects and bonuses
+        cfg = DecodeConfig(**{**config.__dict__, "seed": seed, "gamma": 1, "window": 1 + seed % 2,
+                              "max_new_tokens": 2})
+        t1, t2 = modes.hier(proposer, slim_tier, full, DIST_PROMPT, cfg, accept=accept).tokens
+        counts[t1, t2] += 1
+    return counts
+
+
+def test_sampled_hier_reproduces_verifier(three_tiers, monkeypatch):
+    import test_decoding_dist
+
+    verifier, slim, draft = three_tiers
+    config = DecodeConfig(temperature=1.0)
+    monkeypatch.setattr(test_decoding_dist, "PROMPT", DIST_PROMPT)
+    exact = exact_two_tokens(verifier, config.sampler)
+    counts = sampled_two_tokens_hier(verifier, slim, draft, config, modes.verify.accept)
+    assert chi_square_p(counts, exact) > P_PASS, 0.5 * np.abs(counts / RUNS - exact).sum()
+    broken = sampled_two_tokens_hier(verifier, slim, draft, config, broken_accept)
+    assert chi_square_p(broken, exact) < P_PASS
+
+
+# --- auto ------------------------------------------------------------------------------------------------
+
+def test_auto_with_one_arm_is_that_mode(decoder: Decoder):
+    """auto runs the chosen mode's own blocks on the same random stream: with one arm it is that mode."""
+    config = DecodeConfig(max_new_tokens=NEW_TOKENS, gamma=3, window=5, temperature=0.8, top_p=0.9, seed=5)
+    costs = Costs({t: {1: 1.0} for t in ("draft", "slim", "full")}, "test")
+    for arm, mode in ((Arm("sd", 3), "sd"), (Arm("hier", 3, 5), "hier"), (Arm("lookup", 3), "lookup"),
+                      (Arm("ar"), "ar")):
+        result = auto(Chooser(costs, [arm]), decoder.full, decoder.draft, decoder.slim, PROMPT, config,
+                      decoder.vocab_size)
+        assert result.tokens == decoder.run(PROMPT, mode, config).tokens, mode
+
+
+@torch.inference_mode()
+def test_auto_emits_what_the_chosen_mode_emits(decoder: Decoder):
+    """Every block of a mixed sampled auto decode, replayed from its sequence and random state with the
+    block function of the mode it chose, emits the same tokens."""
+    config = DecodeConfig(max_new_tokens=NEW_TOKENS, gamma=3, temperature=0.8, seed=2)
+    costs = Costs({"full": {1: 1.0, 9: 1.2}, "draft": {1: 0.1}, "slim": {1: 0.6, 9: 0.8}}, "test")
+    chooser = Chooser(costs, [Arm("ar"), Arm("sd", 2), Arm("self", 3), Arm("lookup", 4), Arm("hier", 2, 4)])
+    trace: list = []
+    auto(chooser, decoder.full, decoder.draft, decoder.slim, PROMPT, config, decoder.vocab_size, trace)
+    assert len({arm.mode for arm, *_ in trace}) >= 2  # the decode really mixed modes
+    fresh = Decoder.from_models(decoder.full.model, decoder.draft.model, decoder.slim.model)
+    for arm, ids, state, emitted in trace:
+        left = config.max_new_tokens - (ids.numel() - PROMPT.numel())
+        out = Output(ids, DecodeConfig(**{**config.__dict__, "max_new_tokens": left}), DecodeStats("replay"),
+                     [fresh.full, fresh.draft, fresh.slim])
+        generator = torch.Generator().set_state(state)
+        if arm.mode == "ar":
+            modes.ar_block(fresh.full, out, generator)
+        elif arm.mode == "hier":
+            modes.hier_block(ModelProposer(fresh.draft), fresh.slim, fresh.full, out, arm.gamma, arm.window,
+                             generator)
+        else:
+            proposer = {"sd": ModelProposer(fresh.draft), "self": ModelProposer(fresh.slim),
+                        "lookup": NgramProposer(decoder.vocab_size)}[arm.mode]
+            modes.sd_block(proposer, fresh.full, out, arm.gamma, generator)
+        assert out.new == emitted, arm
+
+
+def test_auto_prefers_the_arm_the_costs_favour():
+    costs = Costs({"full": {1: 1.0, 17: 1.0}, "draft": {1: 0.01}, "slim": {1: 0.5}}, "test")
+    chooser = Chooser(costs, [Arm("ar"), Arm("sd", 8)])
+    import random
+
+    rng = random.Random(0)
+    chooser.observe([("draft", "full", 900, 1000)])  # α = 0.9 with free verification: sd wins
+    assert {chooser.choose(rng, {"draft": 0, "slim": 0}).mode for _ in range(20)} == {"sd"}
+    chooser.counts = {}
+    chooser.observe([("draft", "full", 0, 1000)])  # α = 0: ar wins
+    assert {chooser.choose(rng, {"draft": 0, "slim": 0}).mode for _ in range(20)} == {"ar"}
+
+
+# --- the cost model --------------------------------------------------------------------------------------
+
+COSTS = Costs({"full": {1: 0.050, 5: 0.085, 9: 0.120}, "draft": {1: 0.010}, "slim": {1: 0.030, 3: 0.040,
+                                                                                      5: 0.050}}, "test")
+
+
+def test_costs_interpolate_and_extrapolate():
+    assert COSTS("full", 3) == pytest.approx(0.0675)
+    assert COSTS("full", 13) == pytest.approx(0.155)  # the last slope
+    assert COSTS("draft", 7) == 0.010 and COSTS("lookup", 7) == 0.0
+    assert Costs.from_dict(COSTS.to_dict()) == COSTS
+
+
+def test_predictions_equal_hand_computation():
+    acc = Acceptance({("draft", "full"): 0.6, ("slim", "full"): 0.8, ("draft", "slim"): 0.5,
+                      ("lookup", "full"): 0.3})
+    assert predict("ar", 0, acc, COSTS) == pytest.approx(20.0)
+    # sd, γ = 4: (1 − 0.6⁵)/(1 − 0.6) = 2.3056 tokens for 4·0.010 + c(full, 5) = 0.125 s
+    assert predict("sd", 4, acc, COSTS) == pytest.approx(2.3056 / 0.125)
+    # self, γ = 2: (1 − 0.8³)/0.2 = 2.44 tokens for 2·0.030 + c(full, 3) = 0.1275 s
+    assert predict("self", 2, acc, COSTS) == pytest.approx(2.44 / 0.1275)
+    # lookup, γ = 4: (1 − 0.3⁵)/0.7 = 1.4251 tokens for c(full, 5) = 0.085 s
+    assert predict("lookup", 4, acc, COSTS) == pytest.approx(1.4251 / 0.085)
+    # hier, γ = 2, Γ = 8: inner blocks yield (1 − 0.5³)/0.5 = 1.75 slim tokens for 2·0.010 + c(slim, 3)
+    # = 0.060 s; 8/1.75 of them fill the window; the full forward of 9 tokens costs 0.120 s and yields
+    # (1 − 0.8⁹)/0.2 = 4.3289 tokens
+    assert predict("hier", 2, acc, COSTS, window=8) == pytest.approx(4.3289 / (8 / 1.75 * 0.060 + 0.120),
+                                                                     rel=1e-4)
+    # counts: 30 full forwards of 5 tokens on average and 120 draft forwards → 100 tokens in 3.75 s
+    assert predict_from_counts(100, {"full": 30, "draft": 120, "slim": 0}, {"full": 150, "draft": 120,
+                                                                            "slim": 0}, COSTS) == 100 / 3.75
+
+
+def test_roofline_is_flat_up_to_the_knee():
+    table = roofline(GPUS["H200"], {"full": (135e6, 30)}, lengths=[1, 16, 4096])
+    assert table("full", 1) == pytest.approx(135e6 * 2 / 4.8e12 + 30 * 8e-6)
+    assert table("full", 16) == table("full", 1) < table("full", 4096)
+
+
+# --- shared-prefix escalation ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("family", FAMILIES)
+@torch.inference_mode()
+def test_shared_prefix_escalation_gives_the_full_logits(family: str):
+    verifier, _ = build_pair(family, seed=4)
+    full, reference = Tier("full", verifier), Tier("full", verifier)
+    slim = Tier("slim", slim_verifier(verifier, (True, True, False, True)))  # shares layers 0 and 1
+    share = SharedPrefix(full, slim)
+    ids = torch.cat([PROMPT, torch.tensor([4, 8, 15, 16, 23, 42, 7, 9])])
+    with share.recording():
+        check_shared_prefix(share, full, reference, slim, ids)
+    assert share.hidden is not None and decoder_layers(slim.model)[2]._forward_pre_hooks == {}
+
+
+def check_shared_prefix(share: SharedPrefix, full: Tier, reference: Tier, slim: Tier, ids: torch.Tensor) -> None:
+    for tier in (full, reference, slim):
+        tier.reset(64)
+        tier.forward(PROMPT, keep=1)
+    for slim_end, cut in ((13, 12), (17, 15)):  # the slim saw some of the tokens, then all of them
+        slim.forward(ids[slim.length:slim_end], keep=1)
+        got = share.forward(ids[full.length:], keep=3)
+        want = reference.forward(ids[reference.length:], keep=3)
+        # equal up to float32 rounding (the same sums in other shapes); the logits are ~±40 here
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-5)
+        assert torch.equal(got.argmax(-1), want.argmax(-1))
+        assert share.usable() and full.length == reference.length == ids.numel()
+        for tier in (full, reference, slim):
+            tier.crop(cut)
+
+
+def test_hier_with_and_without_shared_prefix_agree(decoder: Decoder):
+    config = DecodeConfig(max_new_tokens=NEW_TOKENS, gamma=2, window=4, temperature=0.9, seed=3)
+    shared = decoder.run(PROMPT, "hier", config)
+    plain = decoder.run(PROMPT, "hier", DecodeConfig(**{**config.__dict__, "share_prefix": False}))
+    assert shared.tokens == plain.tokens and shared.stats.calls == plain.stats.calls
+    assert decoder.shared is not None and decoder.shared.usable()
+
+
+# --- dimr bench-forward ----------------------------------------------------------------------------------
+
+def test_bench_forward_json_and_bad_input(tiny_pair, capsys, tmp_path):
+    import json
+
+    from test_decoding_cli import run_cli
+
+    out = tmp_path / "costs.json"
+    code, stdout, _ = run_cli(["bench-forward", "--pair", "tiny-random", "--kept", "2,4", "--lengths", "1,3",
+                               "--reps", "1", "--gpu", "H200", "--json", "--out", str(out)], capsys)
+    assert code == 0
+    data = json.loads(stdout)
+    assert set(data["measured"]["table"]) == {"draft", "slim:2", "slim:4", "full"}
+    assert set(data["measured"]["table"]["full"]) == {"1", "3"} and data["roofline"]["source"] == "roofline H200"
+    assert Costs.load(out)("full", 3) == data["measured"]["table"]["full"]["3"]
+    for args in (["--lengths", "x"], ["--gpu", "Z80"], ["--kept", "99"], ["--reps", "0"]):
+        code, _, err = run_cli(["bench-forward", "--pair", "tiny-random", *args], capsys)
+        assert code == 2 and err.startswith("error: ") and err.count("\n") == 1, (args, err)
