@@ -25,9 +25,13 @@ from dimr.errors import DimrError
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
-# The VIA-SD task mix (summarisation, reasoning, code) through `datasets`, for hub pairs.
+# The VIA-SD task mix (summarisation, reasoning, code) through `datasets`, for hub pairs: the canonical
+# namespaced sets. mbpp's task sentences alone are ~10k tokens, so its code source is task + solution over
+# all its splits (~0.1M tokens); sizes and balance in docs/gpu.md.
 HUB_CALIBRATION = (
-    "cnn_dailymail:3.0.0:validation:article,gsm8k:main:test:question,mbpp:full:test:text"
+    "abisee/cnn_dailymail:3.0.0:validation:article,"
+    "openai/gsm8k:main:test:question,"
+    "google-research-datasets/mbpp:full:train+validation+test:text+code"
 )
 
 
