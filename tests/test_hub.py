@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from cli_runner import cli
 from transformers import AutoModelForCausalLM
 
 from dimr.errors import DimrError
@@ -17,7 +18,6 @@ from dimr.hub import checkpoint_digest, fetch, weight_digest
 from dimr.pairs import Pair
 from dimr.search.settings import StudySettings, check_resume
 from dimr.slim_config import apply_slim_config, load_slim_config
-from tests.cli_runner import cli
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from cli_runner import cli
 from transformers import Gemma2Config, Gemma2ForCausalLM
 
 from dimr import cost as costs
@@ -18,7 +19,6 @@ from dimr import memory
 from dimr.errors import DimrError
 from dimr.pairs import Pair
 from dimr.slim import forward_from, layer_inputs
-from tests.cli_runner import cli
 from workers import EvalSpec
 from workers.local import MaskScorer
 

@@ -14,6 +14,7 @@ period elsewhere) and their masks are retried.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
@@ -106,7 +107,7 @@ def run_search(pair: str, budget: str | float | int = 0.25, *, trials: int = 50,
     if workers <= 1 and ray_address is None:
         worker_plan(spec, pick_device(device))  # Ray workers check their own devices before loading
     fetched = fetch(p)  # the weights, once, before any worker starts
-    spec = EvalSpec(**{**spec.__dict__, "pair": fetched.pair})
+    spec = dataclasses.replace(spec, pair=fetched.pair)
     settings = StudySettings.for_pair(p, b, calib, cost=cost, objective=objective,
                                       fingerprint=verifier_fingerprint(local), commit=fetched.verifier_commit,
                                       weights=checkpoint_digest(fetched.pair.verifier))
