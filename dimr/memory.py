@@ -140,7 +140,8 @@ def estimate(config, num_sequences: int, seq_len: int, batch_size: int, dtype: t
     return Plan(weights=weights, cache=cache, work=work, cache_on_host=cache_on_host)
 
 
-def fit(plan: Plan, device_bytes: int | None, host_bytes: int | None, gpus_per_worker: int = 1) -> Plan:
+def fit(plan: Plan, device_bytes: int | None, host_bytes: int | None, gpus_per_worker: int = 1,
+        on_gpu: bool = True) -> Plan:
     """``plan`` as it fits: the cache moves to the host when the device is short; DimrError (one line saying
     what to lower) when it does not fit either way. ``None``: that side is not known (nothing checked)."""
     if device_bytes is None:
@@ -154,8 +155,11 @@ def fit(plan: Plan, device_bytes: int | None, host_bytes: int | None, gpus_per_w
         return hosted
     what = []
     if plan.weights + plan.work > room:
-        what.append(f"use more GPUs per worker (--gpus-per-worker {gpus_per_worker * 2})"
-                    if plan.weights > room / 2 else "lower --batch-size")
+        if plan.weights <= room / 2:
+            what.append("lower --batch-size")
+        else:
+            what.append(f"use more GPUs per worker (--gpus-per-worker {gpus_per_worker * 2})" if on_gpu
+                        else "run it on GPUs (--device cuda, --gpus-per-worker N)")
     if plan.cache > room - plan.weights - plan.work:
         what.append("lower --num-sequences or --seq-len")
     host = "?" if host_bytes is None else f"{host_bytes / GiB:.1f}"

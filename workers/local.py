@@ -55,7 +55,7 @@ def worker_plan(spec: EvalSpec, device: torch.device, config=None) -> memory.Pla
     if spec.cache_on_host is not None:
         return plan
     return memory.fit(plan, memory.free_device_bytes(device, spec.gpus_per_worker), memory.host_available_bytes(),
-                      spec.gpus_per_worker)
+                      spec.gpus_per_worker, on_gpu=device.type == "cuda")
 
 
 class MaskScorer:
