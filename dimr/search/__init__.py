@@ -104,8 +104,8 @@ def run_search(pair: str, budget: str | float | int = 0.25, *, trials: int = 50,
     calib = load_calibration(calibration or p.calibration, load_tokenizer(local), num_sequences, seq_len)
     spec = EvalSpec(pair=local, input_ids=calib.input_ids, cost=cost, device=device, batch_size=batch_size,
                     prefix_reuse=prefix_reuse, gpus_per_worker=gpus_per_worker)
-    if workers <= 1 and ray_address is None:
-        worker_plan(spec, pick_device(device))  # Ray workers check their own devices before loading
+    if ray_address is None:  # this machine's devices; a cluster's workers check theirs before loading
+        worker_plan(spec, pick_device(device))
     fetched = fetch(p)  # the weights, once, before any worker starts
     spec = dataclasses.replace(spec, pair=fetched.pair)
     settings = StudySettings.for_pair(p, b, calib, cost=cost, objective=objective,
