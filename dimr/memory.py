@@ -160,7 +160,7 @@ def fit(plan: Plan, device_bytes: int | None, host_bytes: int | None, gpus_per_w
         else:
             what.append(f"use more GPUs per worker (--gpus-per-worker {gpus_per_worker * 2})" if on_gpu
                         else "run it on GPUs (--device cuda, --gpus-per-worker N)")
-    if plan.cache > room - plan.weights - plan.work:
+    elif plan.cache > room - plan.weights - plan.work:
         what.append("lower --num-sequences or --seq-len")
     host = "?" if host_bytes is None else f"{host_bytes / GiB:.1f}"
     raise DimrError(f"a scoring worker needs {plan.describe()}, but its device has {device_bytes / GiB:.1f} GiB "

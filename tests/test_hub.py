@@ -28,6 +28,9 @@ def hub_cache(tmp_path, tiny_pair, monkeypatch):
     ``snapshot_download`` leaves it; the hub itself stays unreachable (HF_HUB_OFFLINE)."""
     from huggingface_hub import constants
 
+    from dimr.pairs import prepare
+
+    prepare(tiny_pair)
     cache = tmp_path / "hub"
     for which in ("verifier", "draft"):
         repo = cache / f"models--dimr-test--{which}"
@@ -74,7 +77,7 @@ def test_search_downloads_once_and_records_revision_commit_weights(hub_cache, ti
 
 def test_gated_repo_error_keeps_the_hubs_hint(monkeypatch, tiny_pair):
     """The hub cannot be reached here, so only the hub call is replaced: it raises what the hub raises."""
-    import httpx
+    import httpx2 as httpx
     import huggingface_hub
     from huggingface_hub.errors import GatedRepoError
 
@@ -107,6 +110,9 @@ def test_token_reaches_the_actors_runtime_env(monkeypatch):
 @pytest.fixture
 def two_checkpoints(tmp_path, tiny_pair):
     """tiny-random's verifier, and a copy with other weights: one architecture, two checkpoints."""
+    from dimr.pairs import prepare
+
+    prepare(tiny_pair)
     other = tmp_path / "other"
     model = AutoModelForCausalLM.from_pretrained(tiny_pair.verifier)
     with torch.no_grad():
