@@ -180,7 +180,8 @@ _OPTIONAL = (str, type(None))
 FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
     "schema": str, "pair": str, "verifier": str, "fingerprint": str, "num_layers": int, "kept_layers": list,
     "mask": str, "cost": str, "metrics": dict, "calibration": str, "calibration_hash": str, "revision": _OPTIONAL,
-    "study": _OPTIONAL, "trial": (int, type(None)), "dimr_version": str, "created_at": str,
+    "commit": _OPTIONAL, "weights": _OPTIONAL, "study": _OPTIONAL, "trial": (int, type(None)), "dimr_version": str,
+    "created_at": str,
 }
 _KIND_NAMES = {str: "a string", int: "an integer", list: "a list", dict: "an object", type(None): "null"}
 _NON_FINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
