@@ -4,10 +4,16 @@ A calibration spec is either a local file or one or more `datasets` specs, comma
 
 - ``path/to/file.txt``: one text stream;
 - ``path/to/file.jsonl``: one record per line, text in field ``text`` (``file.jsonl#field`` picks another);
-- ``name:config:split:field`` (e.g. ``gsm8k:main:test:question``); config may be empty (``name::split:field``).
+- ``name:config:split:field`` (e.g. ``openai/gsm8k:main:test:question``) through `datasets`: ``name`` is a
+  namespaced hub id or a local dataset folder, config may be empty (``name::split:field``), split may join
+  splits (``train+test``) and field may join fields (``text+code``: one text per record, fields on lines).
 
 Texts are joined with the tokenizer's EOS and packed into ``num_sequences`` rows of ``seq_len`` tokens,
-the usual packing of calibration sets. Several sources share the rows equally (the VIA-SD task mix).
+the usual packing of calibration sets. Each row starts the way the decoder starts a prompt: with the
+special tokens the tokenizer puts before a text (BOS for Llama and Gemma, nothing for Qwen), then
+``seq_len`` minus those tokens of the stream. Several sources share the rows equally (the VIA-SD task mix);
+a source too short for its share is refused, never topped up from the others (docs/gpu.md: the default
+mix and how many tokens each source holds).
 """
 
 from __future__ import annotations
@@ -77,6 +83,11 @@ def _local_texts(source: str) -> list[str]:
     return texts
 
 
+def _one_line(e: BaseException) -> str:
+    """An exception as one line, whole: its lines joined (the cause and any hint stay readable)."""
+    return " ".join(line.strip() for line in str(e).splitlines() if line.strip())
+
+
 def _dataset_texts(source: str, limit: int) -> list[str]:
     parts = source.split(":")
     if len(parts) != 4:
@@ -88,12 +99,25 @@ def _dataset_texts(source: str, limit: int) -> list[str]:
         ds = datasets.load_dataset(name, config or None, split=split)
     except Exception as e:  # noqa: BLE001 - datasets raises many types for unreachable hubs
         raise DimrError(
-            f"cannot load dataset {name!r} ({type(e).__name__}: {str(e).splitlines()[0][:160]}); "
-            "check the spec or pass a local .txt/.jsonl file to --calibration"
+            f"cannot load dataset {name!r} config {config!r} split {split!r} ({type(e).__name__}: "
+            f"{_one_line(e)}); check the spec or pass a local .txt/.jsonl file to --calibration"
         ) from None
-    if field not in ds.column_names:
-        raise DimrError(f"dataset {name!r} has no field {field!r}; pick one of {', '.join(ds.column_names)}")
-    return [str(t) for t in ds.select(range(min(limit, len(ds))))[field]]
+    fields = field.split("+")
+    missing = [f for f in fields if f not in ds.column_names]
+    if missing:
+        raise DimrError(f"dataset {name!r} has no field {missing[0]!r}; pick from {', '.join(ds.column_names)}")
+    rows = ds.select(range(min(limit, len(ds))))
+    return ["\n".join(str(v) for v in values) for values in zip(*(rows[f] for f in fields), strict=True)]
+
+
+def row_prefix(tokenizer) -> list[int]:
+    """The special tokens the tokenizer puts before a text (what the decoder's prompts start with)."""
+    ids = list(tokenizer("a", add_special_tokens=True).input_ids)
+    plain = list(tokenizer("a", add_special_tokens=False).input_ids)
+    for i in range(len(ids) - len(plain) + 1):
+        if ids[i:i + len(plain)] == plain:
+            return ids[:i]
+    return []
 
 
 def load_calibration(spec: str, tokenizer, num_sequences: int, seq_len: int) -> Calibration:
@@ -105,13 +129,18 @@ def load_calibration(spec: str, tokenizer, num_sequences: int, seq_len: int) -> 
         raise DimrError("empty --calibration; pass a file or a datasets spec")
     shares = [num_sequences // len(sources) + (i < num_sequences % len(sources)) for i in range(len(sources))]
     eos = tokenizer.eos_token_id
+    prefix = row_prefix(tokenizer)
+    body = seq_len - len(prefix)
+    if body < 1:
+        raise DimrError(f"--seq-len {seq_len} leaves no room after the {len(prefix)} tokens every row starts "
+                        "with; raise --seq-len")
     rows: list[torch.Tensor] = []
     for source, share in zip(sources, shares, strict=True):
         if share == 0:
             continue
         texts = _local_texts(source) if _is_local(source) else _dataset_texts(source, limit=4 * share * seq_len)
         ids: list[int] = []
-        need = share * seq_len
+        need = share * body
         for text in texts:
             ids.extend(tokenizer(text, add_special_tokens=False).input_ids)
             if eos is not None:
@@ -121,7 +150,8 @@ def load_calibration(spec: str, tokenizer, num_sequences: int, seq_len: int) -> 
         if len(ids) < need:
             raise DimrError(
                 f"calibration {source!r} gives {len(ids)} tokens, fewer than the {share} sequences × "
-                f"--seq-len {seq_len} needed; lower --seq-len or --num-sequences, or add text"
+                f"{body} tokens needed (--seq-len {seq_len}); lower --seq-len or --num-sequences, or add text"
             )
-        rows.append(torch.tensor(ids[:need], dtype=torch.long).view(share, seq_len))
+        packed = torch.tensor(ids[:need], dtype=torch.long).view(share, body)
+        rows.append(torch.cat([torch.tensor(prefix, dtype=torch.long).expand(share, -1), packed], 1))
     return Calibration(spec=spec, input_ids=torch.cat(rows))

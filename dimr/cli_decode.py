@@ -104,8 +104,8 @@ def decode(pair: str = PAIR, slim: Path = SLIM,
            head: Path = typer.Option(None, "--head", help="DIVERSED head .safetensors (with --verify diversed)"),
            stats: bool = typer.Option(False, "--stats", help="print decoding statistics"),
            as_json: bool = typer.Option(False, "--json", help="print JSON (text, tokens, stats)"),
-           compiled: bool = typer.Option(False, "--compiled", help="static KV caches and compiled forwards "
-                                                                    "(CUDA graphs on GPU); compiles first"),
+           compiled: bool = typer.Option(None, "--compiled/--eager", help="static KV caches and compiled forwards "
+                                         "(CUDA graphs on GPU), compiled first; default: compiled on a GPU"),
            device: str = DEVICE, threads: int = THREADS, pairs_file: Path = PAIRS_FILE) -> None:
     """Generate a continuation of each prompt with the three-tier decoder (or a baseline mode)."""
     from dataclasses import replace
@@ -122,8 +122,10 @@ def decode(pair: str = PAIR, slim: Path = SLIM,
     table = Costs.load(costs) if costs is not None else None
     _prepare(threads)
     with status(f"loading pair {pair}"):
-        decoder = Decoder.load(pair, slim=slim, device=device, pairs_file=pairs_file, compiled=compiled)
+        decoder = Decoder.load(pair, slim=slim, device=device, pairs_file=pairs_file, compiled=compiled,
+                               timed=stats or as_json)
     decoder.costs = table
+    compiled = decoder.full.compiled
     from dimr.relaxed import rule_from_cli
 
     rule = rule_from_cli(verify, param or [], head, decoder.draft.model, decoder.full.model)

@@ -95,7 +95,11 @@ def search(
     workers: int = typer.Option(1, min=1, help="parallel evaluators; more than 1 starts a local Ray instance"),
     ray_address: str = typer.Option(None, help="join an existing Ray cluster (an address, or auto)"),
     device: str = typer.Option(None, help="torch device of in-process workers (default: cuda if available)"),
-    batch_size: int = typer.Option(4, min=1, help="calibration sequences per forward"),
+    batch_size: int = typer.Option(4, min=1, help="calibration sequences per forward (bounds a worker's peak)"),
+    gpus_per_worker: int = typer.Option(1, min=1, help="GPUs per worker: the verifier is spread over them "
+                                        "(device_map=auto); for verifiers bigger than one GPU"),
+    prefix_reuse: bool = typer.Option(True, "--prefix-reuse/--no-prefix-reuse",
+                                      help="cache every layer's input (faster; (layers+1)x the cache memory)"),
     pairs_file: Path = typer.Option(None, help=PAIRS_FILE_HELP),
     as_json: bool = typer.Option(False, "--json", help="print the result as JSON"),
 ) -> None:
@@ -123,7 +127,8 @@ def search(
                                 objective=objective.value, sampler=sampler.value, startup_trials=startup_trials,
                                 seed=seed, calibration=calibration, num_sequences=num_sequences, seq_len=seq_len,
                                 workers=workers, ray_address=ray_address, device=device, batch_size=batch_size,
-                                pairs_file=pairs_file, on_result=on_result)
+                                gpus_per_worker=gpus_per_worker, prefix_reuse=prefix_reuse, pairs_file=pairs_file,
+                                on_result=on_result)
         except SearchInterrupted as e:
             r = e.result
             progress.stop()

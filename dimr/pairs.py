@@ -25,9 +25,13 @@ from dimr.errors import DimrError
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
-# The VIA-SD task mix (summarisation, reasoning, code) through `datasets`, for hub pairs.
+# The VIA-SD task mix (summarisation, reasoning, code) through `datasets`, for hub pairs: the canonical
+# namespaced sets. mbpp's task sentences alone are ~10k tokens, so its code source is task + solution over
+# all its splits (~0.1M tokens); sizes and balance in docs/gpu.md.
 HUB_CALIBRATION = (
-    "cnn_dailymail:3.0.0:validation:article,gsm8k:main:test:question,mbpp:full:test:text"
+    "abisee/cnn_dailymail:3.0.0:validation:article,"
+    "openai/gsm8k:main:test:question,"
+    "google-research-datasets/mbpp:full:train+validation+test:text+code"
 )
 
 
@@ -187,10 +191,13 @@ def pick_device(device: str | None = None) -> torch.device:
     return dev
 
 
-def _dtype(pair: Pair, device: torch.device) -> torch.dtype:
-    if pair.dtype == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    return DTYPES[pair.dtype]
+def model_dtype(pair: Pair, device: torch.device | str) -> torch.dtype:
+    """The dtype the pair's models load in on ``device``: bfloat16 on a GPU unless the pair names float16 (a
+    pair's float32 is its CPU precision), float32 on the CPU unless the pair names another."""
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        return torch.float16 if pair.dtype == "float16" else torch.bfloat16
+    return torch.float32 if pair.dtype == "auto" else DTYPES[pair.dtype]
 
 
 # Checkpoints dimr builds on this machine from files it ships or finds in an installed package.
@@ -222,9 +229,10 @@ def _from_pretrained(cls, path: str, pair: Pair, **kw):
     try:
         return cls.from_pretrained(path, revision=pair.revision, **kw)
     except (OSError, ValueError, KeyError) as e:  # no files there, or files that are no model (transformers)
+        text = str(e).strip() or type(e).__name__
+        whole = " ".join(line.strip() for line in text.splitlines() if line.strip())  # keeps the hub's hint
         raise DimrError(
-            f"cannot load {path!r} for pair {pair.name!r} ({(str(e).strip() or type(e).__name__).splitlines()[0]}); "
-            "download it or point the pair at a local path"
+            f"cannot load {path!r} for pair {pair.name!r} ({whole}); download it or point the pair at a local path"
         ) from None
 
 
@@ -234,14 +242,34 @@ def load_tokenizer(pair: Pair):
     return _from_pretrained(AutoTokenizer, pair.verifier, pair)
 
 
-def load_model(pair: Pair, which: str, device: torch.device | str | None = None):
-    """Load the pair's ``draft`` or ``verifier`` in eval mode on ``device``."""
-    from transformers import AutoModelForCausalLM
+def load_model(pair: Pair, which: str, device: torch.device | str | None = None, gpus: int = 1, reserve: int = 0):
+    """Load the pair's ``draft`` or ``verifier`` in eval mode straight onto ``device`` (no CPU copy first).
+
+    ``gpus`` > 1 (CUDA): spread it over ``gpus`` devices from ``device`` on with accelerate's device map
+    (`dimr.memory.plan_device_map`), keeping ``reserve`` bytes free in all for the scorer's cache and work."""
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     dev = pick_device(str(device) if device is not None else None)
     path = {"draft": pair.draft, "verifier": pair.verifier}[which]
-    model = _from_pretrained(AutoModelForCausalLM, path, pair, dtype=_dtype(pair, dev))
-    return model.to(dev).eval()
+    dtype = model_dtype(pair, dev)
+    device_map: dict = {"": dev}
+    if gpus > 1 and dev.type == "cuda":
+        from dimr import memory
+
+        first = dev.index or 0
+        free = min(torch.cuda.mem_get_info(first + i)[0] for i in range(gpus))
+        config = _from_pretrained(AutoConfig, path, pair)
+        planned = memory.plan_device_map(config, gpus, int(free * memory.DEVICE_HEADROOM), reserve // gpus, dtype)
+        device_map = {k: (first + v if isinstance(v, int) else v) for k, v in planned.items()}
+    model = _from_pretrained(AutoModelForCausalLM, path, pair, dtype=dtype, device_map=device_map)
+    return model.eval()
+
+
+def draft_config(pair: Pair):
+    """The draft's config only (no weights)."""
+    from transformers import AutoConfig
+
+    return _from_pretrained(AutoConfig, pair.draft, pair)
 
 
 def verifier_config(pair: Pair):

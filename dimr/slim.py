@@ -510,6 +510,14 @@ def forward_from(
     reference). ``mask`` is a layer mask or a :class:`~dimr.masks.SublayerMask`. Returns
     ``[batch, seq, vocab]``.
     """
+    runner, start = _runner(model, mask, hidden_in, start)
+    out = runner(inputs_embeds=hidden_in[start], attention_mask=attention_mask, position_ids=position_ids,
+                 use_cache=False)
+    return out.logits
+
+
+def _runner(model: nn.Module, mask: MaskLike, hidden_in: Sequence[Tensor],
+            start: int | None) -> tuple[nn.Module, int]:
     sub = _check_mask(model, mask)
     n = len(sub)
     if len(hidden_in) != n + 1:
@@ -520,7 +528,24 @@ def forward_from(
         raise ValueError(f"start={start} must lie in [0, first skipped layer {first}]")
     tail = SublayerMask(tuple(a and i >= start for i, a in enumerate(sub.attn)),
                         tuple(m and i >= start for i, m in enumerate(sub.mlp)))
-    runner = _tail_model(model, tail)
-    out = runner(inputs_embeds=hidden_in[start], attention_mask=attention_mask, position_ids=position_ids,
-                 use_cache=False)
-    return out.logits
+    return _tail_model(model, tail), start
+
+
+@torch.no_grad()
+def final_hidden_from(model: nn.Module, mask: MaskLike, hidden_in: Sequence[Tensor], *,
+                      start: int | None = None) -> Tensor:
+    """As :func:`forward_from`, but the final-norm output ``[batch, seq, hidden]`` instead of the logits, so the
+    head can run on a few tokens at a time (:func:`head_logits`). ``hidden_in`` is only indexed at ``start``."""
+    runner, start = _runner(model, mask, hidden_in, start)
+    return runner.model(inputs_embeds=hidden_in[start], use_cache=False).last_hidden_state
+
+
+def head_logits(model: nn.Module, final_hidden: Tensor) -> Tensor:
+    """The model's LM head on final-norm outputs, with Gemma2's final logit softcapping where configured: what
+    the causal LM's own ``forward`` computes from them."""
+    head = model.get_output_embeddings()
+    logits = head(final_hidden.to(head.weight.device))
+    cap = getattr(model.config, "final_logit_softcapping", None)
+    if cap:
+        logits = torch.tanh(logits / cap) * cap
+    return logits

@@ -5,10 +5,12 @@ A slim config is plain JSON (nothing executes on load) with schema ``dimr.slim-c
     {"schema": "dimr.slim-config/1", "pair": "tiny-random", "verifier": "/models/verifier", "revision": null,
      "fingerprint": "<sha256>", "num_layers": 8, "kept_layers": [0, 1, 3, 4, 6, 7], "mask": "11011011",
      "cost": "kl", "metrics": {"cost": 0.12, "top1_agreement": 0.9, "expected_acceptance": 0.85},
-     "calibration": "<spec>", "calibration_hash": "<sha256>", "study": "s", "trial": 17,
+     "calibration": "<spec>", "calibration_hash": "<sha256>", "commit": "<hub commit>", "weights": "<digest>",
+     "study": "s", "trial": 17,
      "dimr_version": "0.1.0", "created_at": "2026-11-30T14:00:00+00:00"}
 
-Applying it checks the verifier's :func:`fingerprint` first, so a mask is never run on another model.
+Applying it checks the verifier's :func:`fingerprint` (the architecture) and, when the config has one, its
+weight digest (`dimr.hub.weight_digest`: which checkpoint), so a mask is never run on another model.
 """
 
 from __future__ import annotations
@@ -77,6 +79,8 @@ class SlimConfig:
     calibration: str
     calibration_hash: str
     revision: str | None = None
+    commit: str | None = None  # the verifier's resolved hub commit
+    weights: str | None = None  # `dimr.hub.weight_digest` of the verifier: checked on apply when present
     study: str | None = None
     trial: int | None = None
     dimr_version: str = __version__
@@ -176,7 +180,8 @@ _OPTIONAL = (str, type(None))
 FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
     "schema": str, "pair": str, "verifier": str, "fingerprint": str, "num_layers": int, "kept_layers": list,
     "mask": str, "cost": str, "metrics": dict, "calibration": str, "calibration_hash": str, "revision": _OPTIONAL,
-    "study": _OPTIONAL, "trial": (int, type(None)), "dimr_version": str, "created_at": str,
+    "commit": _OPTIONAL, "weights": _OPTIONAL, "study": _OPTIONAL, "trial": (int, type(None)), "dimr_version": str,
+    "created_at": str,
 }
 _KIND_NAMES = {str: "a string", int: "an integer", list: "a list", dict: "an object", type(None): "null"}
 _NON_FINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
@@ -262,4 +267,12 @@ def apply_slim_config(cfg: SlimConfig | str | Path, verifier: nn.Module) -> nn.M
     if got != cfg.fingerprint:
         raise DimrError(f"slim config {cfg.mask} (pair {cfg.pair}) was made for verifier "
                         f"{cfg.fingerprint[:16]} but got {got[:16]}; export a config for this model")
+    if cfg.weights is not None:
+        from dimr.hub import weight_digest
+
+        weights = weight_digest(verifier)
+        if weights != cfg.weights:
+            raise DimrError(f"slim config {cfg.mask} (pair {cfg.pair}) was made for the weights {cfg.weights[:16]} "
+                            f"of {cfg.verifier} (commit {cfg.commit or '?'}) but these are {weights[:16]}: same "
+                            "architecture, other checkpoint; load that checkpoint or export a config for this one")
     return slim_verifier(verifier, cfg.layer_mask)

@@ -152,10 +152,12 @@ def slim_config_for(study: optuna.Study, trial: int | None = None):
                                    if k in t.user_attrs}}
     from dimr.pairs import list_pairs
 
-    revision = getattr(list_pairs().get(settings["pair"]), "revision", None)
+    revision = settings["revision"] if "revision" in settings else getattr(
+        list_pairs().get(settings["pair"]), "revision", None)  # studies made before settings held it
     cfg = SlimConfig(pair=settings["pair"], verifier=settings["verifier"], fingerprint=settings["fingerprint"],
                      num_layers=settings["num_layers"], kept_layers=kept_layers(mask), mask=t.user_attrs["mask"],
                      cost=settings["cost"], metrics=metrics, calibration=settings["calibration"],
                      calibration_hash=settings["calibration_hash"], revision=revision,
+                     commit=settings.get("commit"), weights=settings.get("weights"),
                      study=study.study_name, trial=t.number)
     return cfg

@@ -84,3 +84,68 @@ def test_unreachable_dataset_is_a_user_error(tok):
         load_calibration("surely_not_a_dataset_xyz:main:test:text", tok, 1, 4)
     with pytest.raises(DimrError, match="neither a local file"):
         load_calibration("just-a-name", tok, 1, 4)
+
+
+def _hub_standin(root, spec: str, records: int) -> str:
+    """Local folders laid out as the hub sets of ``spec`` (same configs, splits and fields), read by `datasets`'
+    own loader: ``spec`` with each hub id replaced by its local folder."""
+    import datasets
+
+    out = []
+    for source in spec.split(","):
+        name, config, split, field = source.split(":")
+        folder = root / name
+        files = []
+        for s in split.split("+"):
+            rel = f"{config}/{s}-00000.parquet"
+            (folder / config).mkdir(parents=True, exist_ok=True)
+            rows = {f: [f"{s} {f} {i}: " + "lorem ipsum " * 3 for i in range(records)] for f in field.split("+")}
+            datasets.Dataset.from_dict(rows).to_parquet(str(folder / rel))
+            files.append(f"  - split: {s}\n    path: {rel}")
+        (folder / "README.md").write_text(f"---\nconfigs:\n- config_name: \"{config}\"\n  data_files:\n"
+                                          + "\n".join(files) + "\n---\n")
+        out.append(f"{folder}:{config}:{split}:{field}")
+    return ",".join(out)
+
+
+def test_hub_mix_is_namespaced_and_loads_through_datasets(tmp_path, monkeypatch):
+    """The default mix names namespaced sets; the same configs/splits/fields load from local stand-ins."""
+    import datasets
+
+    from dimr.pairs import HUB_CALIBRATION, get_pair
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "cache")
+    names = [s.split(":")[0] for s in HUB_CALIBRATION.split(",")]
+    assert names == ["abisee/cnn_dailymail", "openai/gsm8k", "google-research-datasets/mbpp"]
+    tok = load_tokenizer(get_pair("mini"))
+    cal = load_calibration(_hub_standin(tmp_path, HUB_CALIBRATION, 30), tok, 6, 48)
+    rows = [tok.decode(r[1:]) for r in cal.input_ids]
+    assert rows[0].startswith("validation article 0") and rows[2].startswith("test question 0")
+    code = " ".join(rows[4:])
+    assert "train text 0" in code and "train code 0" in code  # task + solution, splits joined
+
+
+def test_rows_start_as_the_decoder_starts_a_prompt(tmp_path, tok):
+    """Every packed row begins with the tokens the decoder's tokenizer puts before a prompt (BOS for mini)."""
+    from dimr.decoding.decoder import Decoder
+    from dimr.pairs import get_pair
+
+    f = tmp_path / "c.txt"
+    f.write_text("abc def ghi " * 60)
+    mini_tok = load_tokenizer(get_pair("mini"))
+    start = Decoder(None, None, tokenizer=mini_tok).tokenizer("x").input_ids[0]
+    assert start == mini_tok.bos_token_id
+    cal = load_calibration(str(f), mini_tok, 3, 16)
+    assert cal.input_ids.shape == (3, 16) and cal.input_ids[:, 0].tolist() == [start] * 3
+    assert (cal.input_ids[:, 1:] != start).all()
+    plain = load_calibration(str(f), tok, 3, 16)  # tiny-random's tokenizer adds nothing: rows are all text
+    assert plain.input_ids.flatten().tolist() == tok("abc def ghi " * 60, add_special_tokens=False).input_ids[:48]
+
+
+def test_dataset_error_is_whole(tmp_path, tok):
+    name = str(tmp_path / ("not-there-" + "x" * 200))
+    with pytest.raises(DimrError) as e:
+        load_calibration(f"{name}:main:test:text", tok, 1, 4)
+    msg = str(e.value)
+    assert f"Couldn't find any data file at {name}." in msg  # datasets' own words, whole
+    assert "\n" not in msg and msg.endswith("pass a local .txt/.jsonl file to --calibration")

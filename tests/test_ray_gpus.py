@@ -53,3 +53,24 @@ def test_cpu_device_ignores_the_gpus():
                    for p in ray.get([a.placement.remote() for a in pool._actors]))
     finally:
         pool.close()
+
+
+def test_gpus_per_worker_gives_each_actor_k_gpus():
+    from dataclasses import replace
+
+    from dimr.errors import DimrError
+
+    pair = get_pair("tiny-random")
+    calib = load_calibration(pair.calibration, load_tokenizer(pair), num_sequences=2, seq_len=16)
+    spec = EvalSpec(pair=pair, input_ids=calib.input_ids, cost="kl", gpus_per_worker=2)
+    pool = RayPool(spec, workers=3, num_cpus=4, num_gpus=4)
+    try:
+        assert pool.slots == 2  # four GPUs, two per worker
+        seen = ray.get([a.placement.remote() for a in pool._actors])
+        assert sorted(g for p in seen for g in p["gpu_ids"]) == ["0", "1", "2", "3"]
+        assert all(len(p["gpu_ids"]) == 2 for p in seen)
+    finally:
+        pool.close()
+    with pytest.raises(DimrError, match="--gpus-per-worker 8 but the Ray cluster has 4 GPU"):
+        RayPool(replace(spec, gpus_per_worker=8), workers=1, num_cpus=2, num_gpus=4)
+    assert not ray.is_initialized()

@@ -26,8 +26,10 @@ class EvalSpec:
     input_ids: torch.Tensor  # the packed calibration tokens, [num_sequences, seq_len]
     cost: str = "kl"
     device: str | None = None
-    batch_size: int = 4
-    prefix_reuse: bool = True
+    batch_size: int = 4  # calibration sequences per forward: bounds one evaluation's working set
+    prefix_reuse: bool = True  # keep every layer's input (cheaper evaluations, (L + 1) × the cache)
+    gpus_per_worker: int = 1  # devices one worker spreads the verifier over (device_map="auto")
+    cache_on_host: bool | None = None  # keep the cache on the host; None: when the device is short
 
 
 @dataclass(frozen=True)

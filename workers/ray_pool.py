@@ -1,7 +1,8 @@
-"""Mask evaluation on a pool of Ray actors: one actor per GPU, or small CPU shares without GPUs.
+"""Mask evaluation on a pool of Ray actors: one actor per GPU (per ``--gpus-per-worker`` GPUs, the verifier then
+spread over them), or small CPU shares without GPUs.
 
-Each actor builds one `MaskScorer`: it loads the verifier once and keeps the reference log-probs and the
-prefix cache for the *whole* calibration set, and scores whole masks. One mask is one Ray task on one
+Each actor builds one `MaskScorer`: it loads the verifier once and keeps the prefix cache (from which the
+reference is recomputed) for the *whole* calibration set, and scores whole masks. One mask is one Ray task on one
 actor, so N actors keep N trials in flight with no cross-actor reduction: a trial's latency is one
 actor's forward (no straggler shard), the GPU sees full batches, and a dead actor costs the trials it
 held (one, or two running ahead). Sharding the calibration set across actors would only pay off when it
@@ -45,6 +46,13 @@ CONNECT_TIMEOUT_S = 5.0  # how long an unreachable --ray-address is tried
 START_TIMEOUT_S = 900.0  # loading a 70B verifier onto a GPU takes minutes
 AHEAD_MIN = 4  # from this many live actors on, each holds two tasks (``ahead``); fewer: one task each
 _AUTH_VARS = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
+HUB_VARS = ("HF_TOKEN", "HF_HOME", "HF_HUB_CACHE", "HF_HUB_OFFLINE")  # what actors need to read gated models
+
+
+def hub_env() -> dict[str, str]:
+    """The driver's hub settings (token, cache), for the actors' runtime env: on a cluster, workers do not
+    inherit the driver's environment."""
+    return {k: os.environ[k] for k in HUB_VARS if os.environ.get(k)}
 
 
 class ScorerActor:
@@ -136,7 +144,7 @@ class LocalRay:
         path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
         ctx = ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False, _temp_dir=self.temp_dir,
                        log_to_driver=False, configure_logging=False,
-                       runtime_env={"env_vars": {"PYTHONPATH": path}})
+                       runtime_env={"env_vars": {"PYTHONPATH": path, **hub_env()}})
         self.address: str = ctx.address_info["gcs_address"]
         self._reaper, self._reaper_fd = _start_reaper(self.temp_dir, path)
 
@@ -174,7 +182,7 @@ class RayPool:
             else:
                 check_address(address)
                 try:
-                    ray.init(address=address, log_to_driver=False)
+                    ray.init(address=address, log_to_driver=False, runtime_env={"env_vars": hub_env()})
                 except ConnectionError as e:
                     raise DimrError(f"cannot join Ray at --ray-address {address} ({str(e).splitlines()[0]}); "
                                     "start the cluster (`ray start --head`) or fix the address") from None
@@ -182,8 +190,12 @@ class RayPool:
         resources = ray.cluster_resources()
         gpus = int(resources.get("GPU", 0))
         on_gpu = gpus > 0 and (spec.device is None or spec.device.startswith("cuda"))
+        per = max(1, getattr(spec, "gpus_per_worker", 1))
         if on_gpu:
-            n, opts = min(workers, gpus), {"num_gpus": 1, "num_cpus": 1}
+            if gpus < per:
+                self.close()
+                raise DimrError(f"--gpus-per-worker {per} but the Ray cluster has {gpus} GPU(s); lower it")
+            n, opts = min(workers, gpus // per), {"num_gpus": per, "num_cpus": 1}
         else:
             share = cpus_per_worker or cpu_share(resources.get("CPU", 1.0), workers)
             n, opts = workers, {"num_cpus": share}

@@ -56,15 +56,20 @@ class Decoder:
 
     @classmethod
     def from_models(cls, verifier: PreTrainedModel, draft: PreTrainedModel, slim: PreTrainedModel | None = None,
-                    tokenizer: object | None = None, compiled: bool = False) -> Decoder:
-        """``compiled``: static KV caches and compiled forwards (see :mod:`dimr.decoding.tiers`)."""
-        slim_tier = Tier("slim", slim, compiled) if slim is not None else None
-        return cls(Tier("full", verifier, compiled), Tier("draft", draft, compiled), slim_tier, tokenizer)
+                    tokenizer: object | None = None, compiled: bool = False, timed: bool = True) -> Decoder:
+        """``compiled``: static KV caches and compiled forwards (see :mod:`dimr.decoding.tiers`); ``timed``:
+        per-tier timings (a device sync per forward on a GPU)."""
+        slim_tier = Tier("slim", slim, compiled, timed) if slim is not None else None
+        return cls(Tier("full", verifier, compiled, timed), Tier("draft", draft, compiled, timed), slim_tier,
+                   tokenizer)
 
     @classmethod
     def load(cls, pair: str, slim: str | Path | None = None, device: str | None = None,
-             pairs_file: Path | None = None, mask: Sequence[bool] | None = None, compiled: bool = False) -> Decoder:
-        """Load ``pair``'s models on ``device``; the slim verifier from a slim config (or a raw ``mask``)."""
+             pairs_file: Path | None = None, mask: Sequence[bool] | None = None, compiled: bool | None = False,
+             timed: bool = True) -> Decoder:
+        """Load ``pair``'s models on ``device``; the slim verifier from a slim config (or a raw ``mask``).
+        ``compiled=None``: compiled on a GPU (exact: a decode longer than a sliding window runs eagerly), eager on
+        the CPU. On a GPU the models load in bfloat16 unless the pair names float16 (`dimr.pairs.model_dtype`)."""
         from dimr.pairs import get_pair, load_model, load_tokenizer, pick_device
         from dimr.slim_config import apply_slim_config, check_pair, load_slim_config
 
@@ -82,7 +87,9 @@ class Decoder:
             from dimr.slim import slim_verifier
 
             slim_model = slim_verifier(verifier, mask)
-        return cls.from_models(verifier, load_model(p, "draft", dev), slim_model, load_tokenizer(p), compiled)
+        if compiled is None:
+            compiled = dev.type == "cuda"
+        return cls.from_models(verifier, load_model(p, "draft", dev), slim_model, load_tokenizer(p), compiled, timed)
 
     def warm_up(self, capacity: int = 240, modes: Sequence[str] = MODES) -> None:
         """Compile the forwards of the compiled tiers that ``modes`` use, for decodes of up to ``capacity``

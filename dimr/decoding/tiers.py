@@ -54,11 +54,14 @@ def smallest_window(model: PreTrainedModel) -> int | None:
 
 @dataclass
 class Tier:
-    """A KV-cached model. ``calls`` counts its forwards, ``seconds``/``cpu_seconds`` the wall/CPU time in them."""
+    """A KV-cached model. ``calls`` counts its forwards, ``seconds``/``cpu_seconds`` the wall/CPU time in them
+    when ``timed`` (on a GPU timing synchronises the device every forward, so decodes run untimed by default
+    there: ``seconds`` then stays 0)."""
 
     name: str
     model: PreTrainedModel
     compiled: bool = False  # static cache + compiled forward (see the module docstring)
+    timed: bool = True
     cache: Cache = field(init=False)
     length: int = field(init=False, default=0)
     calls: int = field(init=False, default=0)
@@ -116,7 +119,8 @@ class Tier:
 
     def forward(self, input_ids: Tensor, keep: int) -> Tensor:
         """Feed ``input_ids`` [n] at positions ``length``… and return the last ``keep`` logits [keep, V]."""
-        t0, c0 = time.perf_counter(), time.process_time()
+        if self.timed:
+            t0, c0 = time.perf_counter(), time.process_time()
         n = input_ids.numel()
         if self.static and n <= BUCKETS[-1]:
             padded = next(b for b in BUCKETS if b >= n)
@@ -137,12 +141,13 @@ class Tier:
             hidden = None if hidden is None else hidden[-keep:]
         self.length += n
         self.hidden = hidden
-        if logits.device.type == "cuda":
-            torch.cuda.synchronize(logits.device)
         self.calls += 1
         self.fed += n
-        self.seconds += time.perf_counter() - t0
-        self.cpu_seconds += time.process_time() - c0
+        if self.timed:
+            if logits.device.type == "cuda":
+                torch.cuda.synchronize(logits.device)
+            self.seconds += time.perf_counter() - t0
+            self.cpu_seconds += time.process_time() - c0
         return logits
 
     def crop(self, length: int) -> None:

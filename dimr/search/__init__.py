@@ -14,6 +14,7 @@ period elsewhere) and their masks are retried.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
@@ -62,40 +63,60 @@ def run_search(pair: str, budget: str | float | int = 0.25, *, trials: int = 50,
                startup_trials: int = 0, seed: int | None = 0, calibration: str | None = None,
                num_sequences: int = 16, seq_len: int = 128, workers: int = 1, ray_address: str | None = None,
                device: str | None = None, batch_size: int = 4, pairs_file: Path | None = None,
+               gpus_per_worker: int = 1, prefix_reuse: bool = True,
                on_result: Callable[[int, int, float | None], None] | None = None) -> SearchResult:
     """Search (or resume) a mask for ``pair``'s verifier; every trial is stored in ``storage``.
 
     Everything that can be wrong (pair, budget, mask space, calibration, storage URL, resumed settings) is
-    checked before anything is written. ``budget``: layers to skip (4) or a fraction of the layers (0.25).
+    checked before anything is written, and before any weight is downloaded or loaded: the memory a worker
+    needs is estimated from the configs (`dimr.memory`). Hub models are downloaded once here, before the
+    workers start (`dimr.hub.fetch`). ``budget``: layers to skip (4) or a fraction of the layers (0.25).
     ``study`` defaults to ``PAIR-skipK-COST``. See `dimr search --help` for the rest."""
     from dimr.calibration import load_calibration
+    from dimr.hub import checkpoint_digest, fetch
     from dimr.masks import parse_budget
-    from dimr.pairs import get_pair, load_tokenizer, num_verifier_layers, pick_device, verifier_config
+    from dimr.pairs import (
+        get_pair,
+        load_tokenizer,
+        num_verifier_layers,
+        pick_device,
+        verifier_config,
+        verifier_fingerprint,
+    )
     from dimr.slim import check_family
     from storage import StorageError, open_storage
     from workers import EvalSpec, make_evaluator
+    from workers.local import worker_plan
 
     if study is not None and not study.strip():
         raise DimrError("--study is empty; give a study name, or leave it out for PAIR-skipK-COST")
     p = get_pair(pair, pairs_file)
-    check_family(verifier_config(p), f" (verifier of pair {p.name!r})")
+    local = fetch(p, configs_only=True).pair
+    check_family(verifier_config(local), f" (verifier of pair {p.name!r})")
     if device is not None:
         pick_device(device)
     if ray_address is not None:
         from workers.ray_pool import check_address
 
         check_address(ray_address)
-    b = parse_budget(budget, num_verifier_layers(p))
+    b = parse_budget(budget, num_verifier_layers(local))
     check_mask_space(b, objective, trials)
-    calib = load_calibration(calibration or p.calibration, load_tokenizer(p), num_sequences, seq_len)
-    settings = StudySettings.for_pair(p, b, calib, cost=cost, objective=objective)
+    calib = load_calibration(calibration or p.calibration, load_tokenizer(local), num_sequences, seq_len)
+    spec = EvalSpec(pair=local, input_ids=calib.input_ids, cost=cost, device=device, batch_size=batch_size,
+                    prefix_reuse=prefix_reuse, gpus_per_worker=gpus_per_worker)
+    if ray_address is None:  # this machine's devices; a cluster's workers check theirs before loading
+        worker_plan(spec, pick_device(device))
+    fetched = fetch(p)  # the weights, once, before any worker starts
+    spec = dataclasses.replace(spec, pair=fetched.pair)
+    settings = StudySettings.for_pair(p, b, calib, cost=cost, objective=objective,
+                                      fingerprint=verifier_fingerprint(local), commit=fetched.verifier_commit,
+                                      weights=checkpoint_digest(fetched.pair.verifier))
     try:
         st = open_storage(storage)
     except StorageError as e:
         raise DimrError(str(e)) from None
     name = study or settings.default_study_name()
     check_resume(stored_settings(st, name), settings, name)
-    spec = EvalSpec(pair=p, input_ids=calib.input_ids, cost=cost, device=device, batch_size=batch_size)
     evaluator = make_evaluator(spec, workers=workers, ray_address=ray_address)
     try:
         return Search(st, name, settings, SearchOptions(trials, startup_trials, sampler, seed), evaluator,

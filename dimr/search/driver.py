@@ -30,6 +30,29 @@ from workers.base import Evaluation, Evaluator
 
 BATCH_MAX = 8  # the most trials one sampler fit proposes when that many slots are idle
 CHECK_EVERY_S = 2.0  # how often a busy driver looks for dead drivers' trials and failed masks
+MAX_CONSECUTIVE_FAILURES = 5  # failed evaluations in a row that stop the run (the cause is not the mask)
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """An out-of-memory error of torch (CUDA or host), Python, or Ray's memory monitor, however wrapped."""
+    seen = error
+    while seen is not None:
+        if isinstance(seen, MemoryError) or "OutOfMemory" in type(seen).__name__ or "out of memory" in str(seen):
+            return True
+        seen = seen.__cause__ or getattr(seen, "cause", None)
+    return False
+
+
+def stop_for(error: BaseException, consecutive: int) -> DimrError | None:
+    """The error that stops the run after this failed evaluation, or None to fail the trial and go on."""
+    what = f"{type(error).__name__}: {' '.join(str(error).split())}"[:300]
+    if is_out_of_memory(error):
+        return DimrError(f"an evaluation ran out of memory ({what}); lower --batch-size (or --num-sequences / "
+                         "--seq-len), or add --gpus-per-worker, and run again: the study resumes")
+    if consecutive >= MAX_CONSECUTIVE_FAILURES:
+        return DimrError(f"{consecutive} evaluations in a row failed, the last with {what}; fix the cause "
+                         "and run again: the study resumes")
+    return None
 
 
 def new_trial(number: int) -> FrozenTrial:
@@ -64,6 +87,7 @@ class Driver:
         self._lock = threading.Lock()
         self._next_check = 0.0
         self._best_cost: float | None = None
+        self._failed_in_a_row = 0
         self.result = SearchResult(study.study_name, 0, 0, None, None, None)
 
     def _is_taken(self, mask: Mask) -> bool:
@@ -151,7 +175,12 @@ class Driver:
             self._forget(ticket)
             self.sampler.after_trial(self.study, trial, TrialState.FAIL, None)
             self._next_check = 0.0  # queue the mask again before the next ask takes a new one
+            self._failed_in_a_row += 1
+            stop = stop_for(outcome, self._failed_in_a_row)
+            if stop is not None:
+                raise stop
             return
+        self._failed_in_a_row = 0
         told = pareto.objective_values(self.settings.objective, outcome.cost, mask)
         values = told if isinstance(told, list) else [told]
         if all(math.isfinite(v) for v in values):  # the common case: one transaction, no read-back

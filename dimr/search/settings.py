@@ -14,6 +14,7 @@ from dimr.masks import Budget
 SETTINGS_ATTR = "dimr_settings"
 SEEDS_ATTR = "dimr_seeds"
 OBJECTIVES = ("cost", "pareto")
+INFO_KEYS = frozenset({"commit"})  # settings recorded but not compared on resume
 
 
 @dataclass(frozen=True)
@@ -31,10 +32,15 @@ class StudySettings:
     num_sequences: int
     seq_len: int
     objective: str = "cost"  # or "pareto": cost vs kept fraction, skipping 1..skip layers (`dimr.search.pareto`)
+    # Added later: a study stored without them resumes (only stored keys are compared).
+    revision: str | None = None  # the pair's revision as asked (a branch, tag or commit)
+    commit: str | None = None  # the verifier's resolved commit (informational: `weights` is what is compared)
+    weights: str | None = None  # `dimr.hub.checkpoint_digest` of the verifier's files
 
     @classmethod
     def for_pair(cls, pair, budget: Budget, calibration, cost: str = "kl", objective: str = "cost",
-                 fingerprint: str | None = None) -> StudySettings:
+                 fingerprint: str | None = None, commit: str | None = None,
+                 weights: str | None = None) -> StudySettings:
         """The settings of a study of ``pair`` (a `dimr.pairs.Pair`) on ``calibration`` (`dimr.calibration`).
         ``fingerprint``: the verifier's, if known (else computed from its config, no weights)."""
         from dimr.pairs import verifier_fingerprint
@@ -44,7 +50,8 @@ class StudySettings:
         return cls(pair=pair.name, verifier=pair.verifier, fingerprint=fingerprint or verifier_fingerprint(pair),
                    num_layers=budget.num_layers, skip=budget.skip, cost=cost, calibration=calibration.spec,
                    calibration_hash=calibration.hash, num_sequences=calibration.num_sequences,
-                   seq_len=calibration.seq_len, objective=objective)
+                   seq_len=calibration.seq_len, objective=objective, revision=pair.revision, commit=commit,
+                   weights=weights)
 
     @property
     def budget(self) -> Budget:
@@ -105,7 +112,7 @@ def check_resume(stored: dict | None, settings: StudySettings, study_name: str) 
     if stored is None:
         return
     new = asdict(settings)
-    diff = [k for k in new if k in stored and stored[k] != new[k]]
+    diff = [k for k in new if k in stored and stored[k] != new[k] and k not in INFO_KEYS]
     if not stored:
         raise DimrError(f"study {study_name!r} exists but was not made by dimr; pick another --study name")
     if diff:
