@@ -58,12 +58,14 @@ def _snapshot(repo: str, revision: str | None, configs_only: bool) -> Path:
 
 def fetch(pair: Pair, configs_only: bool = False) -> Fetched:
     """Download the pair's hub models once (module docstring); local paths are used as they are."""
-    from dimr.pairs import prepare
+    from dimr.pairs import checkpoint_path, prepare
 
     prepare(pair)
     paths, commits = {}, {}
     for which in ("verifier", "draft"):
         source = getattr(pair, which)
+        if source.startswith("zoo:") or source.endswith(".gguf"):  # built here, from files on this machine
+            source = checkpoint_path(source)
         if Path(source).exists():
             paths[which], commits[which] = source, None
             continue
