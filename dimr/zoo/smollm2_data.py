@@ -38,7 +38,7 @@ SDIST = "sentencepiece==0.2.3"
 BOTCHAN_MEMBER = "sentencepiece-0.2.3/test/botchan.txt"
 BOTCHAN_SHA256 = "464bd5300c24fce16fcc4555d4231a57632caae4d0090ad6aa92854a3b227ba7"
 HELDOUT_FRACTION = 0.2
-TASK_MAX = 99  # the task's numbers are 2..TASK_MAX (chosen by measuring the verifier: dimr.zoo.smollm2_eval)
+TASK_MAX = 9  # measured (greedy, dimr.zoo.smollm2_eval task): 2-99 3.3 %, 2-20 18.3 %, 2-9 21.7 %
 CHUNK_CHARS = 600
 
 CODE_TASKS = [
