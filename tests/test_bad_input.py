@@ -309,7 +309,8 @@ def test_user_strings_print_verbatim(capsys, tmp_path):
 
 SLIM_TYPES = {"schema": str, "pair": str, "verifier": str, "fingerprint": str, "num_layers": int, "kept_layers": list,
               "mask": str, "cost": str, "metrics": dict, "calibration": str, "calibration_hash": str,
-              "revision": (str, type(None)), "study": (str, type(None)), "trial": (int, type(None)),
+              "revision": (str, type(None)), "commit": (str, type(None)), "weights": (str, type(None)),
+              "study": (str, type(None)), "trial": (int, type(None)),
               "dimr_version": str, "created_at": str}
 
 
@@ -323,7 +324,7 @@ def _slim_mutations(good: dict, rng: random.Random) -> list[dict]:
         if kind == 0:  # a wrong-typed value
             cfg[key] = rng.choice([v for v in junk if isinstance(v, bool) or not isinstance(v, SLIM_TYPES[key])])
         elif kind == 1:  # a field missing, or one more
-            if key in ("revision", "study", "trial", "dimr_version", "created_at"):
+            if key in ("revision", "commit", "weights", "study", "trial", "dimr_version", "created_at"):
                 cfg[f"x_{key}"] = 1
             else:
                 del cfg[key]
