@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import sys
 from typing import Any
 
@@ -108,6 +109,12 @@ def _root(
                                 help="log what dimr and Optuna do (-v: info, -vv: debug)"),
 ) -> None:
     _state["quiet"] = quiet_
+    if quiet_:
+        # transformers' and the hub's own progress bars ("Loading weights", downloads) read this at import, and
+        # neither is imported yet: the command modules import them lazily.
+        os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+        if "transformers" in sys.modules:
+            sys.modules["transformers"].utils.logging.disable_progress_bar()
     if verbose:
         level = logging.INFO if verbose == 1 else logging.DEBUG
         logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)

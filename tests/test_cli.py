@@ -133,3 +133,19 @@ def test_entry_point_bad_input_no_traceback(tmp_path):
     assert p.stderr.strip().splitlines() == ["error: unknown pair 'nope'; run `dimr pairs` to list them, or add it "
                                              "in a pairs TOML file"]
     assert not (tmp_path / "x.db").exists()
+
+
+def test_quiet_turns_off_the_libraries_progress_bars(capsys, monkeypatch):
+    """`-q`: results only, so transformers' and the hub's progress bars ("Loading weights") are off too."""
+    import transformers
+
+    monkeypatch.delenv("HF_HUB_DISABLE_PROGRESS_BARS", raising=False)
+    transformers.utils.logging.enable_progress_bar()
+    try:
+        code, _, _ = cli(capsys, "-q", "pairs", "--json")
+        assert code == 0
+        assert os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS") == "1"
+        assert not transformers.utils.logging.is_progress_bar_enabled()
+    finally:
+        transformers.utils.logging.enable_progress_bar()
+        os.environ.pop("HF_HUB_DISABLE_PROGRESS_BARS", None)
