@@ -64,3 +64,19 @@ def test_greedy_sd_and_self_equal_greedy_ar(decoder):
     assert len(want) == 24
     for mode in ("sd", "self"):
         assert decoder.run(prompt, mode, config).tokens == want, mode
+
+
+def test_a_toml_pair_may_name_a_gguf_file_relative_to_the_toml(tmp_path):
+    """A user's pair naming a .gguf file (relative to the TOML file) loads through the same conversion cache."""
+    import os
+
+    from dimr.pairs import get_pair, load_tokenizer, verifier_config
+
+    (tmp_path / "models").mkdir()
+    os.symlink(gguf.smollm2_gguf_path(), tmp_path / "models" / "smol.gguf")
+    toml = tmp_path / "pairs.toml"
+    toml.write_text('[pairs.mine]\ndraft = "models/smol.gguf"\nverifier = "models/smol.gguf"\n')
+    pair = get_pair("mine", toml)
+    assert pair.verifier == str((tmp_path / "models" / "smol.gguf").resolve())
+    assert verifier_config(pair).num_hidden_layers == 30
+    assert load_tokenizer(pair).vocab_size == 49152
