@@ -370,13 +370,17 @@ def test_fuzz_slim_config_loader(tmp_path, study_db):
             elif op == 1:
                 del b[i:]
             else:
-                b[i:i] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 8)))
+                b[i:i] = _random_bytes(rng, rng.randint(1, 8))
         path.write_bytes(bytes(b))
         try:
             load_slim_config(path)
         except DimrError:
             refused += 1
     assert refused >= 250
+
+
+def _random_bytes(rng: random.Random, n: int) -> bytes:
+    return bytes(rng.randrange(256) for _ in range(n))
 
 
 TOML_GOOD = {"draft": "models/draft", "verifier": "models/verifier", "revision": "main", "dtype": "float32",
@@ -421,7 +425,7 @@ def test_fuzz_pairs_toml_loader(tmp_path):
     for _ in range(150):  # byte-level damage: refused or loaded; never a crash
         b = bytearray(raw)
         i = rng.randrange(len(b))
-        b[i:i + rng.randint(0, 3)] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 3)))
+        b[i:i + rng.randint(0, 3)] = _random_bytes(rng, rng.randint(1, 3))
         path.write_bytes(bytes(b))
         try:
             _user_pairs(path)
