@@ -222,6 +222,9 @@ def bench_forward(pair: str = PAIR,
                                                                 "spread evenly (comma-separated, e.g. 8,16,22)"),
                   lengths: str = typer.Option("1-16", "--lengths", help="tokens per forward: 1-16 or 1,2,4"),
                   reps: int = typer.Option(5, "--reps", help="timed forwards per cell (the median counts)"),
+                  sublayers: bool = typer.Option(False, "--sublayers", help="also measure one attention and one "
+                                                 "MLP of the verifier apart (the budget of `dimr search "
+                                                 "--granularity sublayer --costs`)"),
                   gpu: str = typer.Option(None, "--gpu", help="also print the roofline prediction for this GPU "
                                                               "(H200, H100, A100, L4, RTX4090)"),
                   out: Path = typer.Option(None, "--out", help="write the measured cost table here (JSON, "
@@ -229,8 +232,10 @@ def bench_forward(pair: str = PAIR,
                   as_json: bool = typer.Option(False, "--json", help="print JSON"),
                   device: str = DEVICE, threads: int = THREADS, pairs_file: Path = PAIRS_FILE) -> None:
     """Time one forward of every tier (draft, slims, full) for 1..16 tokens on a warm cache: the cost model."""
+    from dataclasses import replace
+
     from dimr.decoding import Decoder
-    from dimr.decoding.costs import format_costs, get_gpu, measure, roofline, slim_tiers, tier_size
+    from dimr.decoding.costs import format_costs, get_gpu, measure, measure_sublayers, roofline, slim_tiers, tier_size
 
     steps = _lengths(lengths)
     counts = [int(k) for k in kept.split(",") if k.strip()] if kept else []
@@ -241,6 +246,8 @@ def bench_forward(pair: str = PAIR,
     decoder = Decoder.load(pair, device=device, pairs_file=pairs_file)
     tiers = {"draft": decoder.draft, **slim_tiers(decoder.full.model, slim or [], counts), "full": decoder.full}
     costs = measure(tiers, steps, reps)
+    if sublayers:
+        costs = replace(costs, sublayers=measure_sublayers(decoder.full.model, pair, steps, reps))
     predicted = roofline(the_gpu, {n: tier_size(t.model) for n, t in tiers.items()}, steps) if the_gpu else None
     if out is not None:
         out.write_text(json.dumps(costs.to_dict(), indent=1))

@@ -27,6 +27,11 @@ class SamplerName(str, Enum):
     random = "random"
 
 
+class Granularity(str, Enum):
+    layer = "layer"
+    sublayer = "sublayer"
+
+
 class Objective(str, Enum):
     cost = "cost"
     pareto = "pareto"
@@ -75,8 +80,14 @@ def pairs(pairs_file: Path = typer.Option(None, help=PAIRS_FILE_HELP),
 # The defaults of --trials, --startup-trials and --sampler are `SearchOptions`'s (tests/test_search_quality.py).
 def search(
     pair: str = typer.Option(..., help="pair name (see `dimr pairs`)"),
-    budget: str = typer.Option("0.25", help="layers to skip: a count (4) or a fraction of the layers (0.25); "
-                               "with --objective pareto, the most layers a mask may skip"),
+    budget: str = typer.Option(None, help="layers to skip: a count (4) or a fraction of the layers (default "
+                               "0.25); with --objective pareto, the most layers a mask may skip"),
+    granularity: Granularity = typer.Option(Granularity.layer, help="layer: whole-layer masks under --budget; "
+                                            "sublayer: each attention and MLP apart, under --max-cost"),
+    max_cost: float = typer.Option(None, "--max-cost", help="--granularity sublayer: the slim's cost as a "
+                                   "fraction of one full verifier forward, in (0, 1)"),
+    costs: Path = typer.Option(None, "--costs", help="--granularity sublayer: cost table from `dimr bench-forward "
+                               "--sublayers --out` (measured budget; default: FLOPs)"),
     objective: Objective = typer.Option(Objective.cost, help="cost: the best mask of one budget; pareto: the "
                                         "front of cost vs kept layers, skipping 1 to --budget layers"),
     trials: int = typer.Option(50, min=1,
@@ -103,7 +114,7 @@ def search(
     pairs_file: Path = typer.Option(None, help=PAIRS_FILE_HELP),
     as_json: bool = typer.Option(False, "--json", help="print the result as JSON"),
 ) -> None:
-    """Search a layer mask for the pair's verifier and store every trial in SQL."""
+    """Search a layer (or sublayer) mask for the pair's verifier and store every trial in SQL."""
     from dimr.search import SearchInterrupted, run_search
 
     columns = [TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -123,7 +134,8 @@ def search(
             progress.update(task, completed=min(done, total), best=fmt_cost(best))
 
         try:
-            result = run_search(pair, budget, trials=trials, storage=storage, study=study, cost=cost.value,
+            result = run_search(pair, budget, granularity=granularity.value, max_cost=max_cost, costs=costs,
+                                trials=trials, storage=storage, study=study, cost=cost.value,
                                 objective=objective.value, sampler=sampler.value, startup_trials=startup_trials,
                                 seed=seed, calibration=calibration, num_sequences=num_sequences, seq_len=seq_len,
                                 workers=workers, ray_address=ray_address, device=device, batch_size=batch_size,
@@ -155,11 +167,12 @@ def studies(storage: str = storage_option(),
     if as_json:
         print_json(rows)
         return
-    table = Table("study", "pair", "cost", "skip", "trials", "best cost", "best mask", "started")
+    table = Table("study", "pair", "cost", "budget", "trials", "best cost", "best mask", "started")
     for r in rows:
         pareto = r.get("front_size") is not None  # a Pareto study has a front, not one best mask
-        table.add_row(r["study"], str(r["pair"]), str(r["cost"]), f"{'1-' if pareto else ''}{r['skip']}/"
-                      f"{r['num_layers']}", str(r["trials"]), fmt_cost(r["best_cost"]),
+        budget = (f"cost ≤ {r['max_cost']:g}" if r.get("max_cost") is not None
+                  else f"{'1-' if pareto else ''}{r['skip']}/{r['num_layers']}")
+        table.add_row(r["study"], str(r["pair"]), str(r["cost"]), budget, str(r["trials"]), fmt_cost(r["best_cost"]),
                       f"front of {r['front_size']} masks" if pareto else str(r["best_mask"] or "-"),
                       str(r["started"] or "-"))
     console.print(table)
@@ -191,8 +204,9 @@ def show(study: str = typer.Argument(..., help="study name"),
         print_json(s)
         return
     cfg, t = s["settings"], s["timings"]
-    console.print(f"{s['study']}  pair {cfg.get('pair')}  cost {cfg.get('cost')}  "
-                  f"skip {cfg.get('skip')}/{cfg.get('num_layers')}  calibration {cfg.get('num_sequences')}×"
+    budget = (f"sublayers, max cost {cfg.get('max_cost'):g} ({cfg.get('cost_model')})"
+              if cfg.get("granularity") == "sublayer" else f"skip {cfg.get('skip')}/{cfg.get('num_layers')}")
+    console.print(f"{s['study']}  pair {cfg.get('pair')}  cost {cfg.get('cost')}  {budget}  calibration {cfg.get('num_sequences')}×"
                   f"{cfg.get('seq_len')} tokens ({cfg.get('calibration_hash')})")
     console.print("trials: " + ", ".join(f"{k} {v}" for k, v in s["counts"].items())
                   + "  phases: " + ", ".join(f"{k} {v}" for k, v in s["phases"].items()))
@@ -261,7 +275,9 @@ def export(study: str = typer.Argument(..., help="study name"),
     if as_json:
         print_json(summary)
     else:
-        console.print(f"wrote {output}: trial {cfg.trial}, kept {len(cfg.kept_layers)}/{cfg.num_layers} layers, "
+        console.print(f"wrote {output}: trial {cfg.trial}, "
+                      + (f"sublayer mask {cfg.mask}, " if cfg.is_sublayer else "")
+                      + f"kept {len(cfg.kept_layers)}/{cfg.num_layers} layers, "
                       f"cost {fmt_cost(cfg.metrics.get('cost'))}", markup=False, highlight=False, soft_wrap=True)
 
 

@@ -43,6 +43,10 @@ def export_hf(cfg: SlimConfig, output: str | Path, *, pairs_file: Path | None = 
     from dimr.pairs import get_pair, load_model, load_tokenizer
     from dimr.slim_config import apply_slim_config
 
+    if cfg.is_sublayer:
+        raise DimrError(f"--format hf writes whole-layer slims only, and mask {cfg.mask} runs some layer's attention "
+                        "or MLP alone, which a plain transformers checkpoint cannot express; export --format slim "
+                        "and decode with `dimr decode --slim`")
     output = check_output_dir(output)
     step = on_step or (lambda _msg: None)
     pair = get_pair(cfg.pair, pairs_file)

@@ -467,6 +467,32 @@ def layer_inputs(
     return captured  # type: ignore[return-value]
 
 
+@torch.no_grad()
+def mid_states(model: nn.Module, input_ids: Tensor) -> list[Tensor]:
+    """The residual stream between each layer's attention and MLP sublayers (what the MLP sublayer adds to),
+    from one full forward: ``L`` tensors ``[batch, seq, hidden]``. With :func:`layer_inputs` this gives each
+    sublayer's input and output (sublayer block influence, `dimr.search.heuristics`)."""
+    inner = _inner(model)
+    forms = sublayer_forms(model)
+    captured: list[Tensor | None] = [None] * len(inner.layers)
+
+    def grab(i: int):
+        def hook(_mod, args, kwargs):
+            captured[i] = args[0] if args else next(iter(kwargs.values()))
+        return hook
+
+    points = [getattr(layer, f.mlp_pre) if f.mlp_pre else layer.mlp
+              for layer, f in zip(inner.layers, forms, strict=True)]
+    handles = [m.register_forward_pre_hook(grab(i), with_kwargs=True) for i, m in enumerate(points)]
+    try:
+        inner(input_ids=input_ids, use_cache=False)
+    finally:
+        for h in handles:
+            h.remove()
+    assert all(t is not None for t in captured), "a decoder layer's MLP did not run"
+    return captured  # type: ignore[return-value]
+
+
 # Tail models per (model, mask) so that a worker evaluating one mask on many batches builds it once.
 _TAILS: weakref.WeakKeyDictionary[nn.Module, OrderedDict[str, nn.Module]] = weakref.WeakKeyDictionary()
 _TAILS_MAX = 64

@@ -9,6 +9,11 @@ A slim config is plain JSON (nothing executes on load) with schema ``dimr.slim-c
      "study": "s", "trial": 17,
      "dimr_version": "0.1.0", "created_at": "2026-11-30T14:00:00+00:00"}
 
+A sublayer mask (`dimr.masks.SublayerMask`: some layer runs only its attention, ``a``, or only its MLP, ``m``)
+is written with schema ``dimr.slim-config/2`` and its key as ``mask`` (``"11a1m0…"``); ``kept_layers`` then lists
+the layers that run anything. A mask whose layers all run in full or not at all is a layer mask and keeps
+schema 1, so configs that older dimr versions wrote and read are unchanged.
+
 Applying it checks the verifier's :func:`fingerprint` (the architecture) and, when the config has one, its
 weight digest (`dimr.hub.weight_digest`: which checkpoint), so a mask is never run on another model.
 """
@@ -32,11 +37,13 @@ from torch import nn
 
 from dimr import __version__
 from dimr.errors import DimrError
-from dimr.masks import Mask, kept_layers, mask_from_key, mask_key
+from dimr.masks import Mask, SublayerMask, mask_from_key
 from dimr.slim import num_layers, slim_verifier
 from storage import crash
 
 SCHEMA = "dimr.slim-config/1"
+SCHEMA_SUBLAYER = "dimr.slim-config/2"  # the mask may run a layer's attention or MLP alone
+SCHEMAS = (SCHEMA, SCHEMA_SUBLAYER)
 
 # Config fields that say nothing about the architecture, or that differ between a model built from its
 # config (e.g. on the meta device) and the same checkpoint loaded from disk.
@@ -88,8 +95,18 @@ class SlimConfig:
     schema: str = SCHEMA
 
     @property
+    def is_sublayer(self) -> bool:
+        return self.schema == SCHEMA_SUBLAYER
+
+    @property
     def layer_mask(self) -> Mask:
-        return mask_from_key(self.mask)
+        """The layer mask (ValueError for a sublayer config that runs some layer in part)."""
+        return SublayerMask.from_key(self.mask).layer_mask() if self.is_sublayer else mask_from_key(self.mask)
+
+    @property
+    def routed_mask(self) -> Mask | SublayerMask:
+        """What the slim verifier is built from: the layer mask, or the sublayer mask of a schema-2 config."""
+        return SublayerMask.from_key(self.mask) if self.is_sublayer else mask_from_key(self.mask)
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -145,9 +162,19 @@ def _sweep_temp_files(path: Path) -> None:
             tmp.unlink(missing_ok=True)
 
 
+def mask_fields(mask: Mask | SublayerMask | str) -> dict[str, Any]:
+    """``mask``, ``kept_layers`` and ``schema`` of a slim config for a layer or sublayer mask (or its key): schema 1
+    for a layer mask (a sublayer mask that runs each layer in full or not at all is one), else schema 2."""
+    sub = SublayerMask.from_key(mask) if isinstance(mask, str) else (
+        mask if isinstance(mask, SublayerMask) else SublayerMask.from_layer_mask(mask))
+    key = sub.key
+    return {"mask": key, "kept_layers": [i for i, c in enumerate(key) if c != "0"],
+            "schema": SCHEMA if sub.is_layer_mask else SCHEMA_SUBLAYER}
+
+
 def make_slim_config(
     verifier: nn.Module,
-    mask: Mask,
+    mask: Mask | SublayerMask,
     *,
     pair: str,
     verifier_id: str,
@@ -160,15 +187,15 @@ def make_slim_config(
     trial: int | None = None,
     verifier_fingerprint: str | None = None,
 ) -> SlimConfig:
-    """A SlimConfig for ``mask`` on the full ``verifier`` (a real or meta-device model, or pass
-    ``verifier_fingerprint`` when already known)."""
+    """A SlimConfig for ``mask`` (a layer or sublayer mask) on the full ``verifier`` (a real or meta-device
+    model, or pass ``verifier_fingerprint`` when already known)."""
     n = num_layers(verifier)
     if len(mask) != n:
         raise DimrError(f"layer mask has {len(mask)} entries but the verifier has {n} layers; "
                         "export a mask made for this verifier")
     return SlimConfig(
         pair=pair, verifier=verifier_id, fingerprint=verifier_fingerprint or fingerprint(verifier),
-        num_layers=n, kept_layers=kept_layers(mask), mask=mask_key(mask), cost=cost,
+        num_layers=n, **mask_fields(mask), cost=cost,
         metrics={k: float(v) for k, v in metrics.items()}, calibration=calibration,
         calibration_hash=calibration_hash, revision=revision, study=study, trial=trial,
     )
@@ -202,9 +229,13 @@ def _problem(data: dict) -> str | None:
     n, mask, kept = data["num_layers"], data["mask"], data["kept_layers"]
     if not 1 <= n <= MAX_LAYERS:
         return f"num_layers {n} is out of range (1 to {MAX_LAYERS})"
-    if len(mask) != n or set(mask) - {"0", "1"} or "1" not in mask:
+    if data["schema"] == SCHEMA_SUBLAYER:
+        if len(mask) != n or set(mask) - set("1am0") or not set(mask) & {"a", "m"} or not set(mask) & {"1", "a"}:
+            return (f"mask {mask[:40]!r} is not {n} characters of 1/a/m/0 with some a or m (schema 2) running at "
+                    "least one attention")
+    elif len(mask) != n or set(mask) - {"0", "1"} or "1" not in mask:
         return f"mask {mask[:40]!r} is not {n} characters of 0 and 1 keeping at least one layer"
-    if kept != [i for i, c in enumerate(mask) if c == "1"]:
+    if kept != [i for i, c in enumerate(mask) if c != "0"]:
         return f"kept_layers {str(kept)[:40]} do not match mask {mask}"
     if not re.fullmatch(r"[0-9a-f]{64}", data["fingerprint"]):
         return "fingerprint is not a sha256 hex digest"
@@ -236,9 +267,9 @@ def load_slim_config(path: str | Path) -> SlimConfig:
     except (json.JSONDecodeError, RecursionError) as e:
         why = str(e) if isinstance(e, json.JSONDecodeError) else "nested too deep"
         raise DimrError(f"slim config {path} is not valid JSON ({why}); export it again") from None
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+    if not isinstance(data, dict) or data.get("schema") not in SCHEMAS:
         got = data.get("schema") if isinstance(data, dict) else type(data).__name__
-        raise DimrError(f"slim config {path} has schema {str(got)[:40]!r}, not {SCHEMA!r}; "
+        raise DimrError(f"slim config {path} has schema {str(got)[:40]!r}, not {' or '.join(map(repr, SCHEMAS))}; "
                         "export it again with this dimr")
     required = {f.name for f in dataclasses.fields(SlimConfig)
                 if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
@@ -275,4 +306,4 @@ def apply_slim_config(cfg: SlimConfig | str | Path, verifier: nn.Module) -> nn.M
             raise DimrError(f"slim config {cfg.mask} (pair {cfg.pair}) was made for the weights {cfg.weights[:16]} "
                             f"of {cfg.verifier} (commit {cfg.commit or '?'}) but these are {weights[:16]}: same "
                             "architecture, other checkpoint; load that checkpoint or export a config for this one")
-    return slim_verifier(verifier, cfg.layer_mask)
+    return slim_verifier(verifier, cfg.routed_mask)

@@ -26,6 +26,7 @@ def list_studies(storage: optuna.storages.BaseStorage) -> list[dict]:
         out.append({
             "study": s.study_name, "pair": settings.get("pair"), "cost": settings.get("cost"),
             "objective": settings.get("objective", "cost"), "skip": settings.get("skip"),
+            "granularity": settings.get("granularity", "layer"), "max_cost": settings.get("max_cost"),
             "num_layers": settings.get("num_layers"), "trials": s.n_trials,
             "best_cost": pareto.cost_of(best) if best else None,
             "best_mask": best.user_attrs.get("mask") if best and front_size is None else None,
@@ -140,23 +141,30 @@ def export_slim_config(study: optuna.Study, output, trial: int | None = None):
 
 def slim_config_for(study: optuna.Study, trial: int | None = None):
     """The `SlimConfig` of the best trial (or trial ``trial``), written nowhere."""
-    from dimr.masks import kept_layers, mask_from_key
-    from dimr.slim_config import SlimConfig
+    from dimr.slim_config import SlimConfig, mask_fields
 
     t = pick_trial(study, trial)
     settings = study.user_attrs.get(SETTINGS_ATTR)
     if not settings:
         raise DimrError(f"study {study.study_name!r} was not made by dimr; nothing to export")
-    mask = mask_from_key(t.user_attrs["mask"])
     metrics = {"cost": pareto.cost_of(t), **{k: t.user_attrs[k] for k in ("top1_agreement", "expected_acceptance")
                                    if k in t.user_attrs}}
+    key = t.user_attrs["mask"]
+    if settings.get("granularity", "layer") == "sublayer":  # the mask's share of a full forward, as budgeted
+        from dimr.search import StudySettings
+
+        budget = StudySettings(**settings).budget
+        metrics["cost_fraction"] = budget.cost(budget.from_key(key))
+        fields = mask_fields(key)
+    else:
+        fields = mask_fields(mask_from_key(key))
     from dimr.pairs import list_pairs
 
     revision = settings["revision"] if "revision" in settings else getattr(
         list_pairs().get(settings["pair"]), "revision", None)  # studies made before settings held it
     cfg = SlimConfig(pair=settings["pair"], verifier=settings["verifier"], fingerprint=settings["fingerprint"],
-                     num_layers=settings["num_layers"], kept_layers=kept_layers(mask), mask=t.user_attrs["mask"],
-                     cost=settings["cost"], metrics=metrics, calibration=settings["calibration"],
+                     num_layers=settings["num_layers"], **fields, cost=settings["cost"], metrics=metrics,
+                     calibration=settings["calibration"],
                      calibration_hash=settings["calibration_hash"], revision=revision,
                      commit=settings.get("commit"), weights=settings.get("weights"),
                      study=study.study_name, trial=t.number)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:  # torch stays unimported for the commands that only read studies
     import torch
 
+    from dimr.masks import SublayerMask
     from dimr.pairs import Pair
 
 
@@ -36,7 +37,7 @@ class EvalSpec:
 class Evaluation:
     """One mask scored on the calibration tokens (means over tokens)."""
 
-    mask: tuple[bool, ...]
+    mask: tuple[bool, ...] | SublayerMask  # a layer mask, or a sublayer search's mask
     cost: float
     top1_agreement: float
     expected_acceptance: float
@@ -55,13 +56,16 @@ class Evaluator(Protocol):
     slots: int
     # Optional: ``ahead: int``, masks to keep in flight beyond ``slots`` (the driver reads 0 when absent).
 
-    def submit(self, ticket: int, mask: tuple[bool, ...]) -> None:
-        """Start scoring ``mask``; its result comes back from `wait` under ``ticket``."""
+    def submit(self, ticket: int, mask: tuple[bool, ...] | SublayerMask) -> None:
+        """Start scoring ``mask`` (a layer or sublayer mask); its result comes back from `wait` under ``ticket``."""
 
     def wait(self, timeout: float | None = None) -> list[tuple[int, Evaluation | BaseException]]:
         """Block until at least one submitted mask is done (or ``timeout``); return what finished."""
 
     def block_influence(self) -> list[float]:
         """ShortGPT's block influence per layer: 1 − cos(layer input, layer output) on calibration data."""
+
+    # Optional, for sublayer searches: ``sublayer_influence() -> list[float]``, the same per attention and MLP
+    # (`dimr.masks.sublayer_space` order).
 
     def close(self) -> None: ...

@@ -18,8 +18,9 @@ from torch import Tensor
 
 from dimr import cost as costs
 from dimr import memory
+from dimr.masks import SublayerMask
 from dimr.pairs import load_model, model_dtype, pick_device, verifier_config
-from dimr.slim import final_hidden_from, head_logits, layer_inputs, num_layers, slim_verifier
+from dimr.slim import final_hidden_from, head_logits, layer_inputs, mid_states, num_layers, slim_verifier
 from workers.base import EvalSpec, Evaluation
 
 
@@ -90,7 +91,7 @@ class MaskScorer:
         return sum(c.nbytes() + (0 if d is None else d.numel() * d.element_size()) for _, c, d in self.batches)
 
     @torch.inference_mode()
-    def score(self, mask: tuple[bool, ...]) -> Evaluation:
+    def score(self, mask: tuple[bool, ...] | SublayerMask) -> Evaluation:
         t0 = time.perf_counter()
         totals = {"cost": 0.0, "top1_agreement": 0.0, "expected_acceptance": 0.0}
         n = 0
@@ -107,7 +108,8 @@ class MaskScorer:
             n += ids.numel()
         if self.device.type == "cuda":
             torch.cuda.synchronize()
-        return Evaluation(mask=tuple(mask), tokens=n, seconds=time.perf_counter() - t0, worker=self.name,
+        mask = mask if isinstance(mask, SublayerMask) else tuple(mask)
+        return Evaluation(mask=mask, tokens=n, seconds=time.perf_counter() - t0, worker=self.name,
                           **{k: v / n for k, v in totals.items()})
 
     def _sums(self, ref: Tensor, out: Tensor, draft_out: Tensor | None) -> dict[str, float]:
@@ -136,6 +138,20 @@ class MaskScorer:
                 sums[i] += (1 - cos).sum().item()
         return (sums / self.spec.input_ids.numel()).tolist()
 
+    @torch.inference_mode()
+    def sublayer_influence(self) -> list[float]:
+        """Block influence of each sublayer, in `dimr.masks.sublayer_space` order: 1 − cos(input, output) of
+        layer i's attention (its input, the mid state) then of its MLP (the mid state, its output)."""
+        sums = torch.zeros(2 * self.num_layers, dtype=torch.float64)
+        for ids, cached, _ in self.batches:
+            hidden = cached if self.spec.prefix_reuse else layer_inputs(self.verifier, ids)
+            mids = mid_states(self.verifier, ids)
+            for i in range(self.num_layers):
+                for b, (x, y) in enumerate(((hidden[i], mids[i]), (mids[i], hidden[i + 1]))):
+                    cos = torch.nn.functional.cosine_similarity(x.float(), y.float(), dim=-1)
+                    sums[2 * i + b] += (1 - cos).sum().item()
+        return (sums / self.spec.input_ids.numel()).tolist()
+
 
 class LocalEvaluator:
     """One in-process scorer, one slot: `wait` scores the oldest submitted mask."""
@@ -161,6 +177,9 @@ class LocalEvaluator:
 
     def block_influence(self) -> list[float]:
         return self.scorer.block_influence()
+
+    def sublayer_influence(self) -> list[float]:
+        return self.scorer.sublayer_influence()
 
     def close(self) -> None:
         self._queue.clear()

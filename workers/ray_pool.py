@@ -39,6 +39,7 @@ import ray
 from ray.exceptions import ActorDiedError, GetTimeoutError, RayActorError
 
 from dimr.errors import DimrError
+from dimr.masks import SublayerMask
 from workers.base import EvalSpec, Evaluation
 
 PROBE_EVERY_S = 1.0  # how often a restarting actor is asked whether it is back
@@ -80,6 +81,9 @@ class ScorerActor:
 
     def block_influence(self) -> list[float]:
         return self.scorer.block_influence()
+
+    def sublayer_influence(self) -> list[float]:
+        return self.scorer.sublayer_influence()
 
 
 def check_address(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
@@ -237,7 +241,7 @@ class RayPool:
         return 2 if self.ahead else 1
 
     def submit(self, ticket: int, mask: tuple[bool, ...]) -> None:
-        self._queue.append((ticket, tuple(mask)))
+        self._queue.append((ticket, mask if isinstance(mask, SublayerMask) else tuple(mask)))
         self._dispatch()
 
     def wait(self, timeout: float | None = None) -> list[tuple[int, Evaluation | BaseException]]:
@@ -273,13 +277,19 @@ class RayPool:
                 return out
 
     def block_influence(self) -> list[float]:
+        return self._on_idle_actor("block_influence")
+
+    def sublayer_influence(self) -> list[float]:
+        return self._on_idle_actor("sublayer_influence")
+
+    def _on_idle_actor(self, method: str) -> list[float]:
         for i, actor in enumerate(self._actors):
             if self._state[i] == "idle":
                 try:
-                    return ray.get(actor.block_influence.remote())
+                    return ray.get(getattr(actor, method).remote())
                 except RayActorError:
                     self._lost(i)
-        raise RuntimeError("no idle Ray worker to compute block influence")
+        raise RuntimeError(f"no idle Ray worker to compute {method.replace('_', ' ')}")
 
     def close(self) -> None:
         """Kill the actors, and shut down what this pool started or connected."""

@@ -34,10 +34,13 @@ FREE = "lookup"  # the n-gram proposer: a table look-up, no forward
 
 @dataclass(frozen=True)
 class Costs:
-    """c(tier, n) in seconds. ``table[tier][n]``; ``source`` says where the numbers came from."""
+    """c(tier, n) in seconds. ``table[tier][n]``; ``source`` says where the numbers came from. ``sublayers``, if
+    measured (:func:`measure_sublayers`): the verifier's per-layer attention and MLP seconds and the rest, by n,
+    for the pair it names (the budget of a sublayer search, `dimr.search.budget`)."""
 
     table: Mapping[str, Mapping[int, float]]
     source: str = "measured"
+    sublayers: Mapping | None = None
 
     def __call__(self, tier: str, n: float) -> float:
         if tier == FREE:
@@ -59,13 +62,20 @@ class Costs:
         return self(tier, n) / self("full", 1)
 
     def to_dict(self) -> dict:
-        return {"source": self.source, "table": {t: {str(n): c for n, c in row.items()}
-                                                 for t, row in self.table.items()}}
+        out = {"source": self.source, "table": {t: {str(n): c for n, c in row.items()}
+                                                for t, row in self.table.items()}}
+        if self.sublayers:
+            out["sublayers"] = {k: ({str(n): c for n, c in v.items()} if isinstance(v, Mapping) else v)
+                                for k, v in self.sublayers.items()}
+        return out
 
     @classmethod
     def from_dict(cls, data: dict) -> Costs:
+        sub = data.get("sublayers")
+        if sub is not None:
+            sub = {k: ({int(n): float(c) for n, c in v.items()} if k in SUBLAYER_PARTS else v) for k, v in sub.items()}
         return cls({t: {int(n): float(c) for n, c in row.items()} for t, row in data["table"].items()},
-                   data.get("source", "file"))
+                   data.get("source", "file"), sub)
 
     @classmethod
     def load(cls, path: Path) -> Costs:
@@ -101,6 +111,37 @@ def measure(tiers: Mapping[str, object], lengths: Iterable[int] = range(1, 17), 
     lengths = list(lengths)
     return Costs({name: {n: forward_seconds(tier, n, reps, prefix) for n in lengths}
                   for name, tier in tiers.items()})
+
+
+SUBLAYER_PARTS = ("attention", "mlp", "fixed")
+
+
+def measure_sublayers(verifier: torch.nn.Module, pair: str, lengths: Iterable[int] = (1,), reps: int = 5,
+                      prefix: int = 64) -> dict:
+    """Seconds of one attention sublayer, one MLP sublayer and the rest of the verifier's ``n``-token forward.
+
+    Three forwards are timed: the full verifier (L attentions, L MLPs), its sublayer slim without MLPs (``a`` ×
+    L) and the one that keeps only layer 0's attention (``1m…m``); c = rest + attentions·A + MLPs·M then has one
+    solution. Layers of one kind are taken to cost alike (true of the uniform stacks dimr routes; sliding-window
+    layers differ only at long contexts)."""
+    from dimr.decoding.tiers import Tier
+    from dimr.masks import SublayerMask
+    from dimr.slim import num_layers, slim_verifier
+
+    n_layers = num_layers(verifier)
+    if n_layers < 2:
+        raise DimrError("measuring attention and MLP apart needs a verifier of at least 2 layers")
+    masks = {"full": None, "no_mlp": "a" * n_layers, "one_attention": "1" + "m" * (n_layers - 1)}
+    tiers = {name: Tier("slim", verifier if key is None else slim_verifier(verifier, SublayerMask.from_key(key)))
+             for name, key in masks.items()}
+    t = measure(tiers, lengths, reps, prefix).table
+    out: dict = {"pair": pair, "layers": n_layers, **{k: {} for k in SUBLAYER_PARTS}}
+    for n in t["full"]:
+        mlp = (t["full"][n] - t["no_mlp"][n]) / n_layers
+        attention = (t["full"][n] - t["one_attention"][n]) / (n_layers - 1)
+        out["mlp"][n], out["attention"][n] = mlp, attention
+        out["fixed"][n] = t["full"][n] - n_layers * (attention + mlp)
+    return out
 
 
 def fit_per_layer(points: Mapping[int, float]) -> tuple[float, float]:
@@ -251,4 +292,9 @@ def format_costs(costs: Costs, layers: Mapping[str, int], predicted: Costs | Non
     if len(one) > 1:
         lines.append(f"\n1-token forward of the verifier and its slims ≈ {fixed * 1e3:.2f} ms + "
                      f"{per_layer * 1e3:.3f} ms per kept layer")
+    if costs.sublayers:
+        sub = costs.sublayers
+        lines.append(f"\nper layer of {sub['pair']}'s verifier ({sub['layers']} layers), ms: "
+                     + "; ".join(f"{n} tok: attention {sub['attention'][n] * 1e3:.3f}, MLP {sub['mlp'][n] * 1e3:.3f}, "
+                                 f"rest {sub['fixed'][n] * 1e3:.3f}" for n in sorted(sub["attention"])))
     return "\n".join(lines).lstrip("\n")

@@ -58,7 +58,8 @@ class Search(Driver):
         super().__init__(study, store, sampler, settings, options, evaluator, on_result)
 
 
-def run_search(pair: str, budget: str | float | int = 0.25, *, trials: int = 50, storage: str = "sqlite:///dimr.db",
+def run_search(pair: str, budget: str | float | int | None = None, *, granularity: str = "layer",
+               max_cost: float | str | None = None, costs: Path | None = None, trials: int = 50, storage: str = "sqlite:///dimr.db",
                study: str | None = None, cost: str = "kl", objective: str = "cost", sampler: str = "swap",
                startup_trials: int = 0, seed: int | None = 0, calibration: str | None = None,
                num_sequences: int = 16, seq_len: int = 128, workers: int = 1, ray_address: str | None = None,
@@ -70,8 +71,11 @@ def run_search(pair: str, budget: str | float | int = 0.25, *, trials: int = 50,
     Everything that can be wrong (pair, budget, mask space, calibration, storage URL, resumed settings) is
     checked before anything is written, and before any weight is downloaded or loaded: the memory a worker
     needs is estimated from the configs (`dimr.memory`). Hub models are downloaded once here, before the
-    workers start (`dimr.hub.fetch`). ``budget``: layers to skip (4) or a fraction of the layers (0.25).
-    ``study`` defaults to ``PAIR-skipK-COST``. See `dimr search --help` for the rest."""
+    workers start (`dimr.hub.fetch`). ``budget``: layers to skip (4) or a fraction of the layers (0.25, the
+    default). ``granularity="sublayer"`` searches attentions and MLPs apart under ``max_cost``, a fraction of the
+    full verifier's cost, measured (``costs``: a `dimr bench-forward --sublayers` table) or by FLOPs
+    (`dimr.search.budget`). ``study`` defaults to ``PAIR-skipK-COST`` (``PAIR-sublayerF-COST``). See
+    `dimr search --help` for the rest."""
     from dimr.calibration import load_calibration
     from dimr.hub import checkpoint_digest, fetch
     from dimr.masks import parse_budget
@@ -83,11 +87,23 @@ def run_search(pair: str, budget: str | float | int = 0.25, *, trials: int = 50,
         verifier_config,
         verifier_fingerprint,
     )
+    from dimr.search.budget import GRANULARITIES, cost_budget
     from dimr.slim import check_family
     from storage import StorageError, open_storage
     from workers import EvalSpec, make_evaluator
     from workers.local import worker_plan
 
+    if granularity not in GRANULARITIES:
+        raise DimrError(f"--granularity {granularity!r} is unknown; use {' or '.join(GRANULARITIES)}")
+    if granularity == "sublayer" and budget is not None:
+        raise DimrError("--budget counts whole layers; with --granularity sublayer give --max-cost (a fraction "
+                        "of the full verifier's cost) instead")
+    if granularity == "sublayer" and max_cost is None:
+        raise DimrError("--granularity sublayer needs --max-cost, the slim's cost as a fraction of the full "
+                        "verifier's (e.g. 0.8)")
+    if granularity == "layer" and (max_cost is not None or costs is not None):
+        raise DimrError("--max-cost and --costs budget sublayer searches; add --granularity sublayer, or give "
+                        "--budget (layers to skip)")
     if study is not None and not study.strip():
         raise DimrError("--study is empty; give a study name, or leave it out for PAIR-skipK-COST")
     p = get_pair(pair, pairs_file)
@@ -99,7 +115,13 @@ def run_search(pair: str, budget: str | float | int = 0.25, *, trials: int = 50,
         from workers.ray_pool import check_address
 
         check_address(ray_address)
-    b = parse_budget(budget, num_verifier_layers(local))
+    if granularity == "sublayer":
+        b = cost_budget(p.name, verifier_config(local), max_cost, costs, seq_len)
+    else:
+        b = parse_budget(0.25 if budget is None else budget, num_verifier_layers(local))
+    if objective == "pareto" and granularity == "sublayer":
+        raise DimrError("--objective pareto searches whole-layer masks only; drop it, or drop "
+                        "--granularity sublayer")
     check_mask_space(b, objective, trials)
     calib = load_calibration(calibration or p.calibration, load_tokenizer(local), num_sequences, seq_len)
     spec = EvalSpec(pair=local, input_ids=calib.input_ids, cost=cost, device=device, batch_size=batch_size,

@@ -18,7 +18,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from dimr.errors import DimrError
-from dimr.masks import Mask, mask_key, params_to_mask
+from dimr.masks import CostBudget, Mask
 from dimr.search import pareto
 from dimr.search.recovery import recover
 from dimr.search.sampler import BudgetSampler
@@ -79,6 +79,7 @@ class Driver:
         if evaluator.num_layers != settings.num_layers:
             raise ValueError("evaluator and settings disagree on the number of layers")
         self.study, self.store, self.sampler = study, store, sampler
+        self.budget = sampler.budget  # the mask codec (keys, params) and, under a cost budget, admission
         self.settings, self.options, self.evaluator = settings, options, evaluator
         self.on_result = on_result or (lambda done, total, best: None)
         self._taken: dict[str, bool] = {}  # the ledger's answers during one ask (the claim has the last word)
@@ -91,7 +92,7 @@ class Driver:
         self.result = SearchResult(study.study_name, 0, 0, None, None, None)
 
     def _is_taken(self, mask: Mask) -> bool:
-        key = mask_key(mask)
+        key = self.budget.key(mask)
         if key not in self._taken:
             self._taken[key] = self.store.is_taken(key)
         return self._taken[key]
@@ -102,7 +103,7 @@ class Driver:
             mine = [t for t, _ in self._inflight.values()]
         self.store.beat(mine)  # first: after an outage, our own trials must not look stale to the recovery
         self._note_best(self._best())
-        self.result.retried += recover(self.study, self.store, self._inflight)
+        self.result.retried += recover(self.study, self.store, self._inflight, self.budget)
 
     def _ask(self, want: int = 1) -> int:
         """Start one trial, or up to ``want`` from one sampler fit; return the study's complete + running masks
@@ -131,13 +132,14 @@ class Driver:
                     self.sampler.system_attrs = None
             mask = self._check_budget(params)
             phase = trial.user_attrs.get("phase") or self.sampler.phase(number)
-            started = self.store.start(mask_key(mask), params, {"mask": mask_key(mask), "phase": phase},
+            key = self.budget.key(mask)
+            started = self.store.start(key, params, {"mask": key, "phase": phase},
                                        self.options.trials, system_attrs=system, waiting=waiting)
             if started is not None:
                 return self._launch(started, mask)
             skip.add(waiting.number)  # another driver took this enqueued trial first
         masks = [self._check_budget(params) for params in batch]
-        items = [(mask_key(m), params, {"mask": mask_key(m), "phase": self.sampler.phase(number + j)})
+        items = [(self.budget.key(m), params, {"mask": self.budget.key(m), "phase": self.sampler.phase(number + j)})
                  for j, (m, params) in enumerate(zip(masks, batch, strict=True))]
         held = 0
         for one, mask in zip(self.store.start_many(items, self.options.trials), masks, strict=False):
@@ -145,9 +147,10 @@ class Driver:
         return held
 
     def _check_budget(self, params: dict) -> Mask:
-        mask = params_to_mask(params, self.settings.num_layers)
-        if mask.count(False) not in self.settings.skips:
-            raise RuntimeError(f"mask {mask_key(mask)} breaks the budget")
+        mask = self.budget.from_params(params)
+        if not (self.budget.admits(mask) if isinstance(self.budget, CostBudget)
+                else mask.count(False) in self.settings.skips):
+            raise RuntimeError(f"mask {self.budget.key(mask)} breaks the budget")
         return mask
 
     def _launch(self, started: Started, mask: Mask) -> int:
@@ -162,14 +165,14 @@ class Driver:
             return claim.held
         with self._lock:
             self._inflight[trial.number] = (trial, mask)
-        self.evaluator.submit(trial.number, mask)
+        self.evaluator.submit(trial.number, self.budget.routed(mask))
         return claim.held
 
     def _tell(self, ticket: int, outcome: Evaluation | BaseException) -> None:
         """Record one result; safe to call again after a database fault (the trial leaves ``_inflight`` only
         once written, and a trial found finished, by an earlier try or another driver, is not written twice)."""
         trial, mask = self._inflight[ticket]
-        key = mask_key(mask)
+        key = self.budget.key(mask)
         if isinstance(outcome, BaseException):  # FAIL with the error, the mask released: one transaction
             self.store.fail(trial, key, {"error": f"{type(outcome).__name__}: {outcome}"[:500]})
             self._forget(ticket)
@@ -260,7 +263,7 @@ class Driver:
             self._inflight.clear()
         for trial, mask in leftovers:
             try:
-                if self.store.fail(trial, mask_key(mask)) is not None:
+                if self.store.fail(trial, self.budget.key(mask)) is not None:
                     self.sampler.after_trial(self.study, trial, TrialState.FAIL, None)
             except Exception as e:  # noqa: BLE001 - only database faults are left to the next run
                 if fault_of(e) is None:

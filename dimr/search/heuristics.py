@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dimr.masks import Budget, Mask
+from dimr.masks import Budget, CostBudget, Mask, SublayerMask, sublayer_to_bits
 
 
 def skip_last(budget: Budget) -> Mask:
@@ -50,4 +50,37 @@ def seed_masks(budget: Budget, influence: list[float]) -> list[tuple[str, Mask]]
                        ("influence-window", least_influential_window(budget, influence))):
         if all(mask != m for _, m in out):
             out.append((name, mask))
+    return out
+
+
+def sublayer_seed_masks(budget: CostBudget, influence: list[float],
+                        sublayer_influence: list[float]) -> list[tuple[str, Mask]]:
+    """The seeds of a sublayer search (bit masks within the cost ``budget``), named, without duplicates:
+
+    - ``layer:NAME``: the whole-layer seeds (`seed_masks`) at the fewest skipped layers that fit the budget,
+      as sublayer masks (those that fit);
+    - ``sublayer-influence``: skip the least influential sublayers (``sublayer_influence``, one per bit) until
+      the cost fits;
+    - ``sublayer-influence-per-cost``: the same, ranked by influence per unit of cost saved (cheap-to-lose
+      sublayers that also save much first).
+    """
+    n = budget.num_layers
+    out: list[tuple[str, Mask]] = []
+
+    def add(name: str, mask: Mask) -> None:
+        if budget.admits(mask) and all(mask != m for _, m in out):
+            out.append((name, mask))
+
+    for k in range(1, n):
+        fitting = [(name, sublayer_to_bits(SublayerMask.from_layer_mask(m)))
+                   for name, m in seed_masks(Budget(n, k), influence)]
+        fitting = [(name, m) for name, m in fitting if budget.admits(m)]
+        if fitting:
+            for name, m in fitting:
+                add(f"layer:{name}", m)
+            break
+    bits = range(budget.bits)
+    add("sublayer-influence", budget.fill([True] * budget.bits, sorted(bits, key=lambda b: sublayer_influence[b])))
+    add("sublayer-influence-per-cost", budget.fill([True] * budget.bits, sorted(
+        bits, key=lambda b: sublayer_influence[b] / max(budget.weights[b], 1e-12))))
     return out

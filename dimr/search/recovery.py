@@ -15,7 +15,7 @@ from datetime import datetime
 import optuna
 from optuna.trial import TrialState
 
-from dimr.masks import mask_from_key, mask_to_params
+from dimr.masks import Budget, CostBudget
 from storage.rdb import GRACE_S
 from storage.store import TrialStore
 
@@ -44,9 +44,10 @@ def _dead(trial: optuna.trial.FrozenTrial, host: str, now: datetime) -> bool:
     return o_host == host and o_pid.isdigit() and not pid_alive(int(o_pid))
 
 
-def recover(study: optuna.Study, store: TrialStore, mine: Container[int]) -> list[int]:
+def recover(study: optuna.Study, store: TrialStore, mine: Container[int], budget: Budget | CostBudget) -> list[int]:
     """FAIL the RUNNING trials of dead drivers (not ``mine``, the numbers in flight here), release their masks,
-    and queue those masks again. Returns the numbers of the trials whose masks were queued for a retry."""
+    and queue those masks again (``budget``: their codec). Returns the numbers of the trials whose masks were
+    queued for a retry."""
     host, now = socket.gethostname(), datetime.now()  # Optuna's datetime_start is naive local time
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         if t.number not in mine and _dead(t, host, now):
@@ -65,6 +66,6 @@ def recover(study: optuna.Study, store: TrialStore, mine: Container[int]) -> lis
                 store.complete_mask(key, t.value, {k: t.user_attrs[k] for k in METRICS if k in t.user_attrs})
     retried = []
     for key, number in store.take_for_retry():
-        study.enqueue_trial(mask_to_params(mask_from_key(key)), user_attrs={"phase": "retry", "retry_of": number})
+        study.enqueue_trial(budget.to_params(budget.from_key(key)), user_attrs={"phase": "retry", "retry_of": number})
         retried.append(number)
     return retried

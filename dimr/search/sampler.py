@@ -1,6 +1,8 @@
 """`BudgetSampler`: an Optuna sampler over layer masks that respects the budget by construction.
 
-One categorical parameter per layer (``layer_07`` = 1 keeps layer 7, `dimr.masks.mask_space`). The sampler
+One categorical parameter per layer (``layer_07`` = 1 keeps layer 7, `dimr.masks.mask_space`), or under a cost
+budget two per layer (``attn_07``, ``mlp_07``: `dimr.masks.CostBudget`, whose masks are bit tuples); the
+budget object owns the codec, random masks and moves, so the sampler and proposers work on bits. The sampler
 owns the phases and novelty; what to propose in the Bayesian phase is the `MaskProposer`'s business:
 
 1. seeds: trials before ``first_search_trial`` are enqueued heuristic masks (nothing to sample);
@@ -20,15 +22,13 @@ and draws with `propose` (one trial, or a batch from one fit).
 
 from __future__ import annotations
 
-import itertools
-import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
 from optuna.samplers import BaseSampler
 from optuna.trial import FrozenTrial, TrialState
 
-from dimr.masks import Budget, Mask, mask_space, mask_to_params, neighbour, params_to_mask, random_mask
+from dimr.masks import Budget, CostBudget, Mask
 from dimr.search.proposers import MaskProposer, ProposalContext
 from storage.optuna_compat import HISTORY, CappedStudy
 
@@ -40,7 +40,7 @@ class BudgetSampler(BaseSampler):
     """Random-then-Bayesian sampling over masks that skip exactly ``budget.skip`` layers (or, in a Pareto
     study, each of the counts ``skips`` in turn)."""
 
-    def __init__(self, budget: Budget, proposer: MaskProposer, startup: int, seed: int | None = None,
+    def __init__(self, budget: Budget | CostBudget, proposer: MaskProposer, startup: int, seed: int | None = None,
                  first_search_trial: int = 0, is_taken: Callable[[Mask], bool] = lambda m: False,
                  history: int = HISTORY, skips: tuple[int, ...] = ()):
         self.budget, self.proposer, self.startup, self.seed = budget, proposer, startup, seed
@@ -65,7 +65,7 @@ class BudgetSampler(BaseSampler):
         """Whether `propose` may draw several masks from one fit for trials from ``trial_number`` on."""
         return self.proposer.batches and self.phase(trial_number) == "bayes"
 
-    def trial_budget(self, trial_number: int) -> Budget:
+    def trial_budget(self, trial_number: int) -> Budget | CostBudget:
         """The budget of one trial: ``budget``, or in a Pareto study the skip counts ``skips`` in turn."""
         if not self.skips:
             return self.budget
@@ -78,7 +78,7 @@ class BudgetSampler(BaseSampler):
 
     # -- Optuna's sampler interface (what `Study.ask` would call) --------------------------------------
     def infer_relative_search_space(self, study, trial):
-        return mask_space(self.budget.num_layers)
+        return self.budget.space()
 
     def sample_relative(self, study, trial, search_space):
         if "fixed_params" in trial.system_attrs:  # an enqueued mask (seed or retry): nothing to sample
@@ -89,8 +89,8 @@ class BudgetSampler(BaseSampler):
         if self.phase(trial.number) == "bayes":
             mask = self.proposer.suggest(self._context(study), [trial], [budget], [rng])[0]
         if mask is None:
-            mask = random_mask(budget, rng)
-        return mask_to_params(self._novel(mask, budget, rng, self.is_taken))
+            mask = budget.random(rng)
+        return budget.to_params(self._novel(mask, budget, rng, self.is_taken))
 
     def sample_independent(self, study, trial, param_name, param_distribution):
         # Only reached for enqueued params that are missing, which dimr never creates.
@@ -114,7 +114,7 @@ class BudgetSampler(BaseSampler):
         if len(trials) == 1:
             trial = trials[0]
             self.before_trial(study, trial)
-            return [{**self.sample_relative(study, trial, mask_space(self.budget.num_layers)),
+            return [{**self.sample_relative(study, trial, self.budget.space()),
                      **trial.system_attrs.get("fixed_params", {})}]
         if not all(self.batches(t.number) and "fixed_params" not in t.system_attrs for t in trials):
             raise ValueError("a batch takes new trials in the Bayesian phase")
@@ -124,30 +124,30 @@ class BudgetSampler(BaseSampler):
         chosen: set[Mask] = set()
         out = []
         for mask, budget, rng in zip(proposed, budgets, rngs, strict=True):
-            mask = self._novel(mask if mask is not None else random_mask(budget, rng), budget, rng,
+            mask = self._novel(mask if mask is not None else budget.random(rng), budget, rng,
                                lambda m: m in chosen or self.is_taken(m))
             chosen.add(mask)
-            out.append(mask_to_params(mask))
+            out.append(budget.to_params(mask))
         return out
 
     # -- novelty -------------------------------------------------------------------------------------
-    def _novel(self, mask: Mask, budget: Budget, rng: np.random.Generator, is_taken: Callable[[Mask], bool]) -> Mask:
+    def _novel(self, mask: Mask, budget: Budget | CostBudget, rng: np.random.Generator,
+               is_taken: Callable[[Mask], bool]) -> Mask:
         """``mask``, or if taken a nearby untaken one (budget-preserving moves, then a scan of a small space)."""
         for _ in range(NOVELTY_TRIES):
             if not is_taken(mask):
                 return mask
-            mask = neighbour(mask, rng)
+            mask = budget.neighbour(mask, rng)
         return self._any_untaken(budget, rng, is_taken) or mask
 
-    def _any_untaken(self, budget: Budget, rng: np.random.Generator,
+    def _any_untaken(self, budget: Budget | CostBudget, rng: np.random.Generator,
                      is_taken: Callable[[Mask], bool] | None = None) -> Mask | None:
         """Nearly exhausted small spaces: scan every budget mask in random order."""
-        n, k = budget.num_layers, budget.skip
-        if math.comb(n, k) > ENUMERATE_LIMIT:
+        masks = budget.all_masks(ENUMERATE_LIMIT)
+        if masks is None:
             return None
-        combos = list(itertools.combinations(range(n), k))
-        for j in rng.permutation(len(combos)):
-            mask = tuple(i not in combos[j] for i in range(n))
+        for j in rng.permutation(len(masks)):
+            mask = masks[j]
             if not (is_taken or self.is_taken)(mask):
                 return mask
         return None
@@ -156,21 +156,21 @@ class BudgetSampler(BaseSampler):
     def _evaluated(self, study) -> list[tuple[Mask, float]]:
         """(mask, cost) of the complete trials the capped history shows (the best and the most recent, like
         the wrapped samplers': the swap model's fit is O(n²) in them); the cost is the first objective."""
-        n, out = self.budget.num_layers, []
+        out = []
         complete = CappedStudy(study, self.history).get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
         for t in complete:
             if t.number not in self._masks:  # a complete trial never changes: parse its params once
-                self._masks[t.number] = params_to_mask(t.params, n)
+                self._masks[t.number] = self.budget.from_params(t.params)
             out.append((self._masks[t.number], t.values[0]))
         return out
 
     def _held(self, study) -> set[Mask]:
         """The masks of every complete or running trial this view holds (their params are written once)."""
-        n, out = self.budget.num_layers, set()
+        n, out = self.budget.bits, set()
         for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING)):
             mask = self._masks.get(t.number)
             if mask is None and len(t.params) == n:
-                mask = self._masks[t.number] = params_to_mask(t.params, n)
+                mask = self._masks[t.number] = self.budget.from_params(t.params)
             if mask is not None:
                 out.add(mask)
         return out

@@ -12,7 +12,7 @@ import warnings
 
 import optuna
 
-from dimr.masks import Budget, mask_space, mask_to_params
+from dimr.masks import Budget, CostBudget
 from dimr.search import heuristics, pareto
 from dimr.search.proposers import make_proposer
 from dimr.search.recovery import owner_id
@@ -34,7 +34,8 @@ def open_study(storage: optuna.storages.RDBStorage, study_name: str, settings: S
     """Create (with settings and seeds) or resume the study; refuse conflicting settings before writing."""
     stored = stored_settings(storage, study_name)
     check_resume(stored, settings, study_name)
-    sampler = BudgetSampler(settings.budget, make_proposer(options.sampler, options.seed, options.startup_trials),
+    budget = settings.budget
+    sampler = BudgetSampler(budget, make_proposer(options.sampler, options.seed, options.startup_trials),
                             startup=options.startup_trials, seed=options.seed,
                             skips=settings.skips if settings.objective == "pareto" else ())
     directions = pareto.directions(settings.objective)
@@ -43,16 +44,19 @@ def open_study(storage: optuna.storages.RDBStorage, study_name: str, settings: S
         from dataclasses import asdict
 
         influence = evaluator.block_influence()
-        seeds = list({m: (n, m) for k in settings.skips
-                      for n, m in heuristics.seed_masks(Budget(settings.num_layers, k), influence)}.values())
+        if isinstance(budget, CostBudget):
+            seeds = heuristics.sublayer_seed_masks(budget, influence, evaluator.sublayer_influence())
+        else:
+            seeds = list({m: (n, m) for k in settings.skips
+                          for n, m in heuristics.seed_masks(Budget(settings.num_layers, k), influence)}.values())
         crash.point("setup:before-create")
         # Each setting is also its own attribute, for optuna-dashboard; SETTINGS_ATTR is what dimr reads back.
         attrs = {**asdict(settings), SETTINGS_ATTR: asdict(settings), SEEDS_ATTR: len(seeds)}
         created = create_study(storage, study_name, directions, attrs,
-                               [(mask_to_params(m), {"phase": "seed", "heuristic": n}) for n, m in seeds])
+                               [(budget.to_params(m), {"phase": "seed", "heuristic": n}) for n, m in seeds])
         if created is None:  # another driver created it first
             check_resume(stored_settings(storage, study_name), settings, study_name)
-    store = TrialStore(storage, mask_space(settings.num_layers), owner_id())
+    store = TrialStore(storage, budget.space(), owner_id())
     study = optuna.load_study(storage=store.view, study_name=study_name, sampler=sampler)
     store.attach(study, new=created is not None)
     for trial in created[1] if created else ():  # the seeds as written: the driver never reads them back

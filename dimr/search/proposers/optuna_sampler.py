@@ -1,10 +1,9 @@
-"""A proposer around an Optuna sampler: its joint proposal over the layer bits, projected onto the budget."""
+"""A proposer around an Optuna sampler: its joint proposal over the mask's bits, projected onto the budget."""
 
 from __future__ import annotations
 
 import optuna
 
-from dimr.masks import mask_space, params_to_mask, project
 from dimr.search.proposers import MaskProposer
 from storage.optuna_compat import HISTORY, CappedStudy
 
@@ -22,12 +21,12 @@ class OptunaProposer(MaskProposer):
         # The space is known (every trial holds every layer's bit): Optuna's own inference compares every
         # trial's distributions on every ask, which grows with the study.
         proposal = self.sampler.sample_relative(CappedStudy(ctx.study, self.history, ctx.system_attrs), trials[0],
-                                                mask_space(ctx.num_layers))
-        return [self._project(proposal, ctx.num_layers, budgets[0], rngs[0])]
+                                                budgets[0].space())
+        return [self._project(proposal, budgets[0], rngs[0])]
 
     @staticmethod
-    def _project(proposal: dict, num_layers: int, budget, rng):
-        return project(params_to_mask(proposal, num_layers), budget, rng) if len(proposal) == num_layers else None
+    def _project(proposal: dict, budget, rng):
+        return budget.project(budget.from_params(proposal), rng) if len(proposal) == budget.bits else None
 
     def before_trial(self, study, trial):
         self.sampler.before_trial(study, trial)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dimr.masks import random_mask
 from dimr.search.proposers import MaskProposer
 
 
@@ -11,4 +10,4 @@ class RandomProposer(MaskProposer):
     bayesian = False
 
     def suggest(self, ctx, trials, budgets, rngs):
-        return [random_mask(b, rng) for b, rng in zip(budgets, rngs, strict=True)]
+        return [b.random(rng) for b, rng in zip(budgets, rngs, strict=True)]

@@ -11,7 +11,10 @@ When several workers are idle at once, `propose_batch` fits the posterior once a
 idle worker (batch Thompson sampling): each draw proposes its cheapest untaken mask, none twice.
 
 This is BOCS (Baptista & Poloczek, ICML 2018) with an exact-k budget, its acquisition optimised over swap
-neighbourhoods (a trust region around the incumbents). On the ``mini`` verifier (docs/search.md),
+neighbourhoods (a trust region around the incumbents). Under a cost budget (`dimr.masks.CostBudget`, a
+sublayer search) the bits are attentions and MLPs and a move runs one skipped bit again and skips none, one
+or two others, whatever keeps the mask within the budget (`CostBudget.moves`).
+On the ``mini`` verifier (docs/search.md),
 searching only near the best masks beats proposing the model's global optimum:
 with a few dozen evaluations the model ranks masks near the data well and far from it poorly.
 """
@@ -22,7 +25,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from dimr.masks import Budget, Mask, random_mask
+from dimr.masks import Budget, CostBudget, Mask, swaps  # noqa: F401 - swaps: re-exported
 from dimr.search.proposers import MaskProposer
 
 LAYER_PRIOR_VAR = 1.0  # prior variance of each layer's weight on log(cost)
@@ -43,19 +46,6 @@ def features(masks: Sequence[Mask]) -> np.ndarray:
 def prior_variances(num_layers: int) -> np.ndarray:
     n_pairs = num_layers * (num_layers - 1) // 2
     return np.concatenate([np.full(num_layers, LAYER_PRIOR_VAR), np.full(n_pairs, PAIR_PRIOR_VAR), [1.0]])
-
-
-def swaps(mask: Mask) -> list[Mask]:
-    """Every mask one swap away (one skipped layer kept, one kept layer skipped)."""
-    out = []
-    skipped = [i for i, b in enumerate(mask) if not b]
-    kept = [i for i, b in enumerate(mask) if b]
-    for i in skipped:
-        for j in kept:
-            bits = list(mask)
-            bits[i], bits[j] = True, False
-            out.append(tuple(bits))
-    return out
 
 
 class SwapProposer(MaskProposer):
@@ -117,28 +107,28 @@ class SwapProposer(MaskProposer):
         w[-1] += y0
         return w
 
-    def propose(self, budget: Budget, history: list[tuple[Mask, float]], is_taken: Callable[[Mask], bool],
+    def propose(self, budget: Budget | CostBudget, history: list[tuple[Mask, float]], is_taken: Callable[[Mask], bool],
                 rng: np.random.Generator, held: set[Mask] | None = None) -> Mask | None:
         """The untaken ``budget`` mask a Thompson sample of the model predicts cheapest (None: no data yet).
 
         The model learns from every mask in ``history``, whatever its skip count (a Pareto study mixes them).
         ``held``: masks known to be taken (evaluated or running), skipped without asking ``is_taken``.
         """
-        history = [(m, c) for m, c in history if len(m) == budget.num_layers and np.isfinite(c)]
+        history = [(m, c) for m, c in history if len(m) == budget.bits and np.isfinite(c)]
         if not history:
             return None
         weights = self.sample_weights([m for m, _ in history], [c for _, c in history], rng)
         seen = {m for m, _ in history} | (held or set())
         best = sorted((mc for mc in history if budget.admits(mc[0])), key=lambda mc: mc[1])[:TOP_MASKS]
-        near = [m for m in dict.fromkeys(n for b, _ in best for n in swaps(b)) if m not in seen]
+        near = [m for m in dict.fromkeys(n for b, _ in best for n in budget.moves(b, rng)) if m not in seen]
         choice = _cheapest_untaken(near, weights, is_taken)
         if choice is None:  # the neighbourhoods are used up (or no mask on this budget yet): look further afield
-            far = dict.fromkeys(random_mask(budget, rng) for _ in range(RANDOM_CANDIDATES))
+            far = dict.fromkeys(budget.random(rng) for _ in range(RANDOM_CANDIDATES))
             far = [m for m in far if m not in seen]
             choice = _cheapest_untaken(far, weights, is_taken)
         return choice
 
-    def propose_batch(self, budgets: Sequence[Budget], history: list[tuple[Mask, float]],
+    def propose_batch(self, budgets: Sequence[Budget | CostBudget], history: list[tuple[Mask, float]],
                       is_taken: Callable[[Mask], bool], rngs: Sequence[np.random.Generator],
                       held: set[Mask] | None = None) -> list[Mask | None]:
         """One mask per draw, from one fit of the posterior (batch Thompson sampling): draw j proposes, as
@@ -147,7 +137,7 @@ class SwapProposer(MaskProposer):
         without data)."""
         if len(budgets) != len(rngs):
             raise ValueError("one budget per draw")
-        history = [(m, c) for m, c in history if len(m) == budgets[0].num_layers and np.isfinite(c)]
+        history = [(m, c) for m, c in history if len(m) == budgets[0].bits and np.isfinite(c)]
         if not history:
             return [None] * len(rngs)
         weights = self.sample_weights_batch([m for m, _ in history], [c for _, c in history], rngs)
@@ -157,17 +147,18 @@ class SwapProposer(MaskProposer):
         def taken(m: Mask) -> bool:
             return m in chosen or is_taken(m)
 
-        pools: dict[Budget, tuple[list[Mask], np.ndarray | None]] = {}  # the swap neighbourhoods, per budget
+        pools: dict[Budget | CostBudget, tuple[list[Mask], np.ndarray | None]] = {}  # swap neighbourhoods by budget
         out: list[Mask | None] = []
         for j, (budget, rng) in enumerate(zip(budgets, rngs, strict=True)):
             if budget not in pools:
                 best = sorted((mc for mc in history if budget.admits(mc[0])), key=lambda mc: mc[1])[:TOP_MASKS]
-                near = [m for m in dict.fromkeys(n for b, _ in best for n in swaps(b)) if m not in seen]
+                moved = dict.fromkeys(n for b, _ in best for n in budget.moves(b, rng))
+                near = [m for m in moved if m not in seen]
                 pools[budget] = (near, features(near) if near else None)
             near, f = pools[budget]
             choice = None if f is None else _cheapest_untaken(near, weights[:, j], taken, f)
             if choice is None:
-                far = dict.fromkeys(random_mask(budget, rng) for _ in range(RANDOM_CANDIDATES))
+                far = dict.fromkeys(budget.random(rng) for _ in range(RANDOM_CANDIDATES))
                 far = [m for m in far if m not in seen]
                 choice = _cheapest_untaken(far, weights[:, j], taken)
             if choice is not None:

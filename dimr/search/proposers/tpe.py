@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dimr.masks import mask_space
 from dimr.search.proposers.optuna_sampler import OptunaProposer
 from storage.optuna_compat import BatchTPESampler, CappedStudy
 
@@ -21,5 +20,5 @@ class TPEProposer(OptunaProposer):
         # k proposals from one fit (`BatchTPESampler.sample_batch`); its system-attribute writes for the first
         # trial are dropped: every trial has params.
         proposals = self.sampler.sample_batch(CappedStudy(ctx.study, self.history, {}), trials[0],
-                                              mask_space(ctx.num_layers), len(trials))
-        return [self._project(p, ctx.num_layers, b, rng) for p, b, rng in zip(proposals, budgets, rngs, strict=True)]
+                                              budgets[0].space(), len(trials))
+        return [self._project(p, b, rng) for p, b, rng in zip(proposals, budgets, rngs, strict=True)]
