@@ -282,6 +282,9 @@ def write_report(study: optuna.Study, output: str | Path, png_dir: str | Path | 
         raise DimrError(f"study {study.study_name!r} was not made by dimr; nothing to report")
     if not _complete(study):
         raise DimrError(f"study {study.study_name!r} has no completed trial yet; run `dimr search` first")
+    if study.user_attrs[SETTINGS_ATTR].get("granularity", "layer") != "layer":
+        raise DimrError(f"study {study.study_name!r} searched sublayer masks, and the report draws whole-layer "
+                        f"studies only; see `dimr show {study.study_name}`")
     figures, summary = build_figures(study, top)
     page = render_html(figures, summary)
     written = []

@@ -162,6 +162,9 @@ def test_sublayer_study_end_to_end(capsys, sublayer_study):
     code, out, err = cli(capsys, "export", "sub", "--storage", url, "--format", "hf", "-o", str(d / "hf"))
     assert code == 2 and err.count("\n") == 1 and "whole-layer slims only" in err and not (d / "hf").exists()
 
+    code, out, err = cli(capsys, "report", "sub", "--storage", url, "-o", str(d / "r.html"))
+    assert code == 2 and err.count("\n") == 1 and "sublayer" in err and not (d / "r.html").exists()
+
     # resume with another budget or granularity: refused in one line before anything is written
     for extra, needle in ((["--granularity", "sublayer", "--max-cost", "0.6"], "max_cost"),
                           (["--budget", "2"], "granularity")):

@@ -265,14 +265,22 @@ def spread_mask(layers: int, kept: int) -> tuple[bool, ...]:
 
 
 def slim_tiers(verifier: torch.nn.Module, configs: Iterable[Path], kept: Iterable[int]) -> dict[str, object]:
-    """Slim tiers named ``slim:<kept layers>`` from slim configs and from evenly spread masks."""
+    """Slim tiers named ``slim:<kept layers>`` from slim configs and from evenly spread masks; a sublayer slim
+    is named ``slim:<its mask key>`` (its layer count says little of its cost)."""
     from dimr.decoding.tiers import Tier
     from dimr.slim import num_layers, slim_verifier
     from dimr.slim_config import apply_slim_config, load_slim_config
 
     models = [apply_slim_config(load_slim_config(Path(c)), verifier) for c in configs]
     models += [slim_verifier(verifier, spread_mask(num_layers(verifier), k)) for k in kept]
-    return {f"slim:{num_layers(m)}": Tier("slim", m) for m in models}
+    out: dict[str, object] = {}
+    for m in models:
+        key = m.config.dimr_mask
+        name = f"slim:{key}" if set(key) & {"a", "m"} else f"slim:{num_layers(m)}"
+        while name in out:  # two configs keeping as many layers
+            name += "'"
+        out[name] = Tier("slim", m)
+    return out
 
 
 def format_costs(costs: Costs, layers: Mapping[str, int], predicted: Costs | None = None) -> str:
@@ -287,7 +295,8 @@ def format_costs(costs: Costs, layers: Mapping[str, int], predicted: Costs | Non
         for name, row in table.table.items():
             cells = [f"{row[n] * 1e3:.2f} ({row[n] / row[lengths[0]]:.2f})" for n in lengths]
             lines.append(f"| {name} | {layers.get(name, '')} | " + " | ".join(cells) + " |")
-    one = {layers[n]: row[min(row)] for n, row in costs.table.items() if n != "draft"}
+    one = {layers[n]: row[min(row)] for n, row in costs.table.items()  # whole-layer slims only
+           if n != "draft" and not set(n.partition(":")[2]) & {"a", "m"}}
     fixed, per_layer = fit_per_layer(one)
     if len(one) > 1:
         lines.append(f"\n1-token forward of the verifier and its slims ≈ {fixed * 1e3:.2f} ms + "
