@@ -206,8 +206,8 @@ def show(study: str = typer.Argument(..., help="study name"),
     cfg, t = s["settings"], s["timings"]
     budget = (f"sublayers, max cost {cfg.get('max_cost'):g} ({cfg.get('cost_model')})"
               if cfg.get("granularity") == "sublayer" else f"skip {cfg.get('skip')}/{cfg.get('num_layers')}")
-    console.print(f"{s['study']}  pair {cfg.get('pair')}  cost {cfg.get('cost')}  {budget}  calibration {cfg.get('num_sequences')}×"
-                  f"{cfg.get('seq_len')} tokens ({cfg.get('calibration_hash')})")
+    console.print(f"{s['study']}  pair {cfg.get('pair')}  cost {cfg.get('cost')}  {budget}  calibration "
+                  f"{cfg.get('num_sequences')}×{cfg.get('seq_len')} tokens ({cfg.get('calibration_hash')})")
     console.print("trials: " + ", ".join(f"{k} {v}" for k, v in s["counts"].items())
                   + "  phases: " + ", ".join(f"{k} {v}" for k, v in s["phases"].items()))
     console.print(f"timings: {t['evaluations']} evaluations, mean {_fmt(t['mean_eval_s'], '.3f')} s, "
