@@ -384,23 +384,32 @@ class CostBudget:
         more."""
         skipped = [i for i, b in enumerate(mask) if not b]
         kept = [i for i, b in enumerate(mask) if b]
+        w, limit, base = self.weights, self.max_cost + COST_TOL, self.cost(mask)
+        attentions = sum(mask[0::2])
+
+        def fits(i: int, *off: int) -> bool:  # run bit i, skip bits ``off``: within the cost, some attention left
+            left = attentions + (i % 2 == 0) - sum(b % 2 == 0 for b in off)
+            return base + w[i] - sum(w[b] for b in off) <= limit and left > 0
+
         out: list[Mask] = []
-        for i in skipped:
+
+        def add(i: int, *off: int) -> None:
             bits = list(mask)
             bits[i] = True
-            if self.admits(bits):
-                out.append(tuple(bits))
+            for b in off:
+                bits[b] = False
+            out.append(tuple(bits))
+
+        for i in skipped:
+            if fits(i):
+                add(i)
             short = []  # kept bits whose skip alone does not make up for running i
             for j in kept:
-                bits[j] = False
-                (out.append(tuple(bits)) if self.admits(bits) else short.append(j))
-                bits[j] = True
+                (add(i, j) if fits(i, j) else short.append(j))
             for a, j in enumerate(short):
                 for k in short[a + 1:]:
-                    bits[j] = bits[k] = False
-                    if self.admits(bits):
-                        out.append(tuple(bits))
-                    bits[j] = bits[k] = True
+                    if fits(i, j, k):
+                        add(i, j, k)
         if len(out) > MOVES_MAX:
             out = [out[i] for i in sorted(rng.choice(len(out), MOVES_MAX, replace=False).tolist())]
         return out
