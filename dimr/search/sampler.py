@@ -38,7 +38,7 @@ ENUMERATE_LIMIT = 5000
 
 class BudgetSampler(BaseSampler):
     """Random-then-Bayesian sampling over masks that skip exactly ``budget.skip`` layers (or, in a Pareto
-    study, each of the counts ``skips`` in turn)."""
+    study, each of the counts ``skips`` in turn; or, under a `CostBudget`, sublayer masks within its cost)."""
 
     def __init__(self, budget: Budget | CostBudget, proposer: MaskProposer, startup: int, seed: int | None = None,
                  first_search_trial: int = 0, is_taken: Callable[[Mask], bool] = lambda m: False,
