@@ -165,6 +165,14 @@ def test_sublayer_study_end_to_end(capsys, sublayer_study):
     code, out, err = cli(capsys, "report", "sub", "--storage", url, "-o", str(d / "r.html"))
     assert code == 2 and err.count("\n") == 1 and "sublayer" in err and not (d / "r.html").exists()
 
+    # resume with the same settings: two more masks, none evaluated twice
+    code, out, err = cli(capsys, "search", "--pair", "tiny-random", "--granularity", "sublayer", "--max-cost",
+                         str(MAX_COST), "--trials", "12", *SMALL, "--storage", url, "--study", "sub", "--json")
+    assert code == 0 and json.loads(out)["complete"] == 12 and json.loads(out)["evaluated"] == 2, err
+    study = optuna.load_study(study_name="sub", storage=open_storage(url))
+    keys = [t.user_attrs["mask"] for t in study.get_trials(states=(TrialState.COMPLETE,))]
+    assert len(set(keys)) == 12
+
     # resume with another budget or granularity: refused in one line before anything is written
     for extra, needle in ((["--granularity", "sublayer", "--max-cost", "0.6"], "max_cost"),
                           (["--budget", "2"], "granularity")):
