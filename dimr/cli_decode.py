@@ -221,7 +221,7 @@ def bench_forward(pair: str = PAIR,
                   kept: str = typer.Option(None, "--kept", help="also time slims keeping these many layers, "
                                                                 "spread evenly (comma-separated, e.g. 8,16,22)"),
                   lengths: str = typer.Option("1-16", "--lengths", help="tokens per forward: 1-16 or 1,2,4"),
-                  reps: int = typer.Option(5, "--reps", help="timed forwards per cell (the median counts)"),
+                  reps: int = typer.Option(5, "--reps", help="timed forwards per cell (the fastest counts)"),
                   gpu: str = typer.Option(None, "--gpu", help="also print the roofline prediction for this GPU "
                                                               "(H200, H100, A100, L4, RTX4090)"),
                   out: Path = typer.Option(None, "--out", help="write the measured cost table here (JSON, "

@@ -103,7 +103,7 @@ class Decoder:
     def tiers(self) -> dict[str, Tier]:
         return {t.name: t for t in (self.draft, self.slim, self.full) if t is not None}
 
-    def measure_costs(self, lengths: Sequence[int] = COST_LENGTHS, reps: int = 3) -> Costs:
+    def measure_costs(self, lengths: Sequence[int] = COST_LENGTHS, reps: int = 5) -> Costs:
         """Time every tier on this machine (a few seconds) and keep the table for ``auto``."""
         self.costs = measure(self.tiers(), lengths, reps)
         self.chooser = None
