@@ -216,3 +216,18 @@ def test_ladder_bad_input(slims, capsys):
                  [*base, "--mode", "sd", "--draft-slim", str(heavy)]):  # no upper rung
         code, out, err = cli(capsys, *args)
         assert code == 2 and err.startswith("error: ") and err.count("\n") == 1, (args, err)
+
+
+def test_bench_ladder_rows(slims):
+    from dimr.decoding.bench import run_bench
+
+    light, heavy = slims
+    dec = Decoder.load("tiny-random", slim=light, device="cpu")
+    ladder = dec.ladder(heavy)
+    assert ladder.full.model is dec.full.model and ladder.slim.model is dec.slim.model
+    report = run_bench(dec, [PROMPT], ["sd@2", "hier@2x4", "ladder@2x4"], DecodeConfig(max_new_tokens=10), hf=False,
+                       warmup=False, ladder=ladder)
+    rows = {r.mode: r for r in report.rows}
+    assert rows["ladder@2x4"].outputs == rows["ar"].outputs == rows["hier@2x4"].outputs
+    assert rows["ladder@2x4"].stats.calls["draft"] > 0 and rows["ladder@2x4"].modelled > 0
+    assert ladder.costs("draft", 1) != dec.costs("draft", 1) and ladder.costs("full", 1) == dec.costs("full", 1)

@@ -108,6 +108,21 @@ class Decoder:
         draft = apply_slim_config(draft_cfg, verifier) if draft_cfg is not None else load_model(p, "draft", dev)
         return cls.from_models(verifier, draft, slim_model, load_tokenizer(p), compiled, timed)
 
+    def ladder(self, draft_slim: str | Path) -> Decoder:
+        """This decoder's verifier and slim with the slim verifier of ``draft_slim`` as the draft tier: the
+        nested ladder, sharing every weight with the verifier (``hier`` on it is draft-slim → slim → full)."""
+        from dimr.slim import num_layers
+        from dimr.slim_config import apply_slim_config, load_slim_config
+
+        if self.slim is None:
+            raise DimrError("a draft slim is the lower rung of a ladder; pass the upper one with --slim")
+        cfg = load_slim_config(Path(draft_slim))
+        if len(cfg.kept_layers) >= num_layers(self.slim.model):
+            raise DimrError(f"the draft slim keeps {len(cfg.kept_layers)} layers, the slim "
+                            f"{num_layers(self.slim.model)}: the draft must be the more heavily skipped one")
+        return Decoder.from_models(self.full.model, apply_slim_config(cfg, self.full.model), self.slim.model,
+                                   self.tokenizer, self.full.compiled, self.full.timed)
+
     def warm_up(self, capacity: int = 240, modes: Sequence[str] = MODES) -> None:
         """Compile the forwards of the compiled tiers that ``modes`` use, for decodes of up to ``capacity``
         tokens in all, so that no decode waits for a compile."""
