@@ -206,6 +206,7 @@ def test_ladder_greedy_equals_ar(pair, light_mask, heavy_mask, tmp_path, capsys)
         assert got["tokens"] == ar, (gamma, window)
         stats = got["stats"]
         assert stats["calls"]["draft"] > 0 and stats["calls"]["full"] == stats["blocks"] < 24
+        assert stats["tested"]["slim>full"][0] == stats["accepted"] and stats["tested"]["draft>slim"][1] > 0
 
 
 def test_ladder_bad_input(slims, capsys):
