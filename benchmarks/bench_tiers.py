@@ -103,7 +103,8 @@ def main() -> None:
             for m in modes_seen) + " |")
     print(f"\n{time.time() - t0:.0f} s in all")
     if args.out:
-        Path(args.out).write_text(json.dumps({"costs": costs.to_dict(), "rows": dump}, indent=1))
+        extra = {"ladder_costs": ladder.costs.to_dict()} if ladder is not None and ladder.costs else {}
+        Path(args.out).write_text(json.dumps({"costs": costs.to_dict(), **extra, "rows": dump}, indent=1))
 
 
 if __name__ == "__main__":
