@@ -154,7 +154,7 @@ def sweep(decoder, prompts: Sequence[Prompt], config, settings: Sequence[tuple[f
 
     if not prompts:
         raise DimrError("no prompts to tune on; pass --prompts FILE.jsonl (this pair has no task of its own)")
-    costs = decoder.costs or decoder.measure_costs()
+    costs = decoder.costs or decoder.measure_costs(reps=7)
     encoded = [decoder.encode(p.text) for p in prompts]
     names = ["ar"] + [f"via{i}" for i in range(len(settings))]
     configs = {"ar": config} | {f"via{i}": replace(config, thresholds=Thresholds(*s)) for i, s in enumerate(settings)}
