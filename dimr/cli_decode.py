@@ -280,7 +280,7 @@ def tune_thresholds(pair: str = PAIR, slim: Path = typer.Option(..., "--slim", h
     kept = [points[i] for i in front]
     tuned = tuning.DecoderConfig(pair=pair, slim_mask=slim_cfg.mask, slim_fingerprint=slim_cfg.fingerprint,
                                  gamma=gamma, temperature=temperature, max_new_tokens=max_new_tokens,
-                                 prompts=len(held_out), speed=speed, default=tuning.default_point(kept, speed),
+                                 prompts=len(held_out), speed=speed, default=tuning.default_point(kept, speed, ar),
                                  ar=ar, points=kept)
     tuned.save(out)
     if as_json:

@@ -70,6 +70,18 @@ def hand_config(light, **changes) -> DecoderConfig:
     return replace(cfg, **changes)
 
 
+def test_default_point_is_the_fastest_that_loses_nothing():
+    from dimr.decoding.tuning import default_point
+
+    ar = {"loglik": -0.30, "task_accuracy": 0.5, "same_as_ar": 1.0}
+    task = [Point(0.5, 0, 0.5, 9, 9, 9, -0.70, 0.0, 0.25, 0.5),  # fastest, worse task accuracy
+            Point(0.9, 0.5, 0.5, 6, 6, 6, -0.37, 0.5, 0.75, 0.8),  # better accuracy, but log-lik drops 0.07
+            Point(0.9, 0.5, 0.9, 5, 5, 4, -0.305, 1.0, 0.5, 0.9),  # within 0.01 nats, same accuracy
+            Point(2, 2, 2, 5, 5, 3, -0.30, 1.0, 0.5, 1.0)]
+    assert default_point(task, "predicted", ar) == 2 and default_point(task, "measured", ar) in (2, 3)
+    assert default_point(task[:2], "predicted", ar) == 1  # none keeps ar's quality: the best one
+
+
 def test_decode_with_the_config_uses_its_thresholds(slims, tmp_path, capsys):
     light, _ = slims
     path = hand_config(light).save(tmp_path / "tuned.json")
@@ -110,7 +122,7 @@ def test_tune_thresholds_writes_the_pareto_set(slims, tmp_path, capsys):
     assert all(p.task_accuracy is None for p in swept)  # one prompt has no answer: no task accuracy
     objectives = [[p.predicted_tokens_per_second, p.loglik, p.same_as_ar] for p in swept]  # no answer on line 2
     assert tuned.points == [swept[i] for i in pareto_set(objectives)] and tuned.gamma == 3
-    assert tuned.points[tuned.default].same_as_ar == max(p.same_as_ar for p in swept)
+    assert tuned.points[tuned.default].same_as_ar == 1.0  # ar's outputs, e.g. the all-escalating point
     assert not [f for f in os.listdir(tmp_path) if f.endswith(".tmp")]
 
 

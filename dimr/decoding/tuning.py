@@ -78,15 +78,24 @@ def objectives(point: Point, speed: str) -> list[float]:
     return [tps, point.loglik] + ([] if exact is None else [exact])
 
 
-def default_point(points: Sequence[Point], speed: str) -> int:
-    """The fastest point among those of the best exact-match (task accuracy, else equality with ar), then of
-    the best log-likelihood: the point that gives up the least quality."""
-    def exact(p: Point) -> float:
-        e = p.task_accuracy if p.task_accuracy is not None else p.same_as_ar
-        return -math.inf if e is None else e
+LOGLIK_TOLERANCE = 0.01  # nats per token: a default point may give up this much log-likelihood against ar
 
-    return max(range(len(points)), key=lambda i: (exact(points[i]), round(points[i].loglik, 3),
-                                                   objectives(points[i], speed)[0]))
+
+def _exact(p) -> float | None:
+    """Exact match of a point (or the ar reference, a dict): task accuracy, else equality with ar."""
+    get = p.get if isinstance(p, dict) else lambda k: getattr(p, k)
+    return get("task_accuracy") if get("task_accuracy") is not None else get("same_as_ar")
+
+
+def default_point(points: Sequence[Point], speed: str, ar: dict) -> int:
+    """The fastest point that loses nothing measurable against ``ar`` (exact match at least ar's, log-likelihood
+    within :data:`LOGLIK_TOLERANCE`); if none does, the best one on (exact match, log-likelihood)."""
+    floor = _exact(ar)
+    keeps = [i for i, p in enumerate(points) if p.loglik >= ar["loglik"] - LOGLIK_TOLERANCE
+             and (floor is None or (_exact(p) is not None and _exact(p) >= floor))]
+    if keeps:
+        return max(keeps, key=lambda i: objectives(points[i], speed)[0])
+    return max(range(len(points)), key=lambda i: (_exact(points[i]) or 0.0, points[i].loglik))
 
 
 # --- held-out prompts -----------------------------------------------------------------------------------
