@@ -44,7 +44,8 @@ def task_setup(task: str, tokenizer, draft, full, n_prompts: int, device: torch.
     if task not in TASKS:
         raise DimrError(f"unknown task {task!r}; use one of {', '.join(TASKS)}")
     if task == "arithmetic":
-        from dimr.relaxed.bench import load_workload, step_accuracy
+        from dimr.relaxed.bench import step_accuracy
+        from dimr.relaxed.workloads import load_workload
         from dimr.zoo import task as arithmetic
 
         held = set(load_workload("arithmetic", 10_000).prompts)
