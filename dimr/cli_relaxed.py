@@ -27,7 +27,8 @@ def _threads(threads: int | None) -> None:
 @diversed_app.command("train")
 def diversed_train(
     pair: str = typer.Option(..., "--pair", help="model pair (see `dimr pairs`)"),
-    task: str = typer.Option("arithmetic", "--task", help="arithmetic | toy-draft | toy-full"),
+    task: str = typer.Option("", "--task", help="arithmetic | addition | toy-draft | toy-full (default: the "
+                             "pair's own task: addition for smollm2, arithmetic else)"),
     out: Path = typer.Option(Path("diversed_head.safetensors"), "--out", help="head file (JSON config beside it)"),
     steps: int = typer.Option(30, "--steps", help="REINFORCE steps"),
     batch: int = typer.Option(8, "--batch", help="rollouts per step"),
@@ -55,9 +56,13 @@ def diversed_train(
         console.print(f"step {step + 1}/{steps}  reward {log.rewards[-1]:.3f}  mean w {log.mean_w[-1]:.3f}  "
                       f"1−TV(draft, ν) {log.acceptance[-1]:.3f}", markup=False, highlight=False)
 
-    _, log, path = train_for_pair(pair, task, out, config, n_prompts=n_prompts, device=device, progress=progress,
-                                  reward_kind=reward)
-    console.print(f"saved {path} (+ {path.with_suffix('.json').name}) in {log.seconds:.0f}s", markup=False)
+    _, log, path, by_type = train_for_pair(pair, task or None, out, config, n_prompts=n_prompts, device=device,
+                                           progress=progress, reward_kind=reward)
+    console.print(f"trained in {log.seconds:.0f}s; w on held-out rollouts by token type:", markup=False)
+    for kind, d in by_type.items():
+        console.print(f"  {kind:12s} n={d['n']:5d}  mean {d['mean']:.3f}  10/50/90% {d['q10']:.3f} / {d['q50']:.3f} / "
+                      f"{d['q90']:.3f}", markup=False, highlight=False)
+    console.print(f"saved {path} (+ {path.with_suffix('.json').name})", markup=False)
 
 
 def bench_relaxed(
