@@ -73,7 +73,8 @@ def bench_relaxed(
     drafters: str = typer.Option("model", "--drafter", help="model (the pair's draft), ngram (prompt lookup), or "
                                  "model,ngram"),
     gammas: str = typer.Option("3,5,8", "--gammas", help="draft lengths; the full sweep runs at --sweep-gamma"),
-    sweep_gamma: int = typer.Option(5, "--sweep-gamma", help="γ at which every grid value runs"),
+    sweep_gamma: str = typer.Option("5", "--sweep-gamma", help="γ at which every grid value runs, or best: the "
+                                    "fastest lossless γ of --gammas, per workload and drafter"),
     grid_points: int = typer.Option(0, "--grid-points", help="values per method grid at --sweep-gamma (0 = all)"),
     gamma_methods: str = typer.Option("all", "--gamma-methods", help="methods to run at the other γ (or all)"),
     n_prompts: int = typer.Option(0, "--prompts", help="prompts per workload (0 = its default: 40, mini code 16)"),
@@ -117,6 +118,11 @@ def bench_relaxed(
         gamma_list = [int(g) for g in gammas.split(",") if g.strip()]
     except ValueError:
         raise DimrError("--gammas takes integers, e.g. 3,5,8") from None
+    if not gamma_list or min(gamma_list) < 1:
+        raise DimrError("--gammas takes positive integers, e.g. 3,5,8")
+    if sweep_gamma != "best" and not sweep_gamma.isdigit():
+        raise DimrError(f"--sweep-gamma {sweep_gamma!r}: give a draft length or best")
+    grid_gamma = None if sweep_gamma == "best" else int(sweep_gamma)
     if min([n_prompts, tokens, n_arith, n_code, arith_tokens, code_tokens]) < 0:
         raise DimrError("--prompts, --tokens, --n-* and --*-tokens must be 0 (default) or positive")
     pairs = rt.parse_transfer(transfer, works) if transfer else []
@@ -130,7 +136,8 @@ def bench_relaxed(
     config = DecodeConfig(temperature=temperature, seed=seed, eos_token_ids=decoder.eos_token_ids())
     for note in rb.skipped(chosen, draft_list, trained):
         console.print(f"skipped: {note}", markup=False, highlight=False, soft_wrap=True)
-    runs = 1 + sum(len(draft_list) * len(rb.sweep(m, gamma_list, sweep_gamma, grid_points or None)) for m in chosen)
+    runs = 1 + sum(len(draft_list) * len(rb.sweep(m, gamma_list, grid_gamma or gamma_list[0], grid_points or None))
+                   for m in chosen)
     budget = sum(w.max_new_tokens * len(w.prompts) for w in loaded) * runs
     console.print(f"plan: up to {runs} decodes of {' + '.join(f'{len(w.prompts)}×{w.max_new_tokens}' for w in loaded)}"
                   f" tokens (≤ {budget} tokens in all)", markup=False, highlight=False, soft_wrap=True)
@@ -142,7 +149,7 @@ def bench_relaxed(
                       f"quality {rb.quality_of(row):7.3f}  out.len {row.output_length:5.1f}  rep4 {row.repetition:.2f}",
                       markup=False, highlight=False, soft_wrap=True)
 
-    rows = rb.run_bench(decoder, loaded, chosen, config, gamma_list, sweep_gamma, trained, progress,
+    rows = rb.run_bench(decoder, loaded, chosen, config, gamma_list, grid_gamma, trained, progress,
                         points=grid_points or None,
                         gamma_methods=None if gamma_methods == "all" else gamma_methods.split(","),
                         drafters=draft_list, costs=costs)
@@ -154,7 +161,8 @@ def bench_relaxed(
         console.print(f"transfer (tuned: fastest with quality ≥ ar − tol, tol {rt.TOLERANCE}):", markup=False,
                       highlight=False)
         console.print(rt.format_transfers(moved), markup=False, highlight=False, soft_wrap=True)
-    meta = {"pair": pair, "temperature": temperature, "seed": seed, "gammas": gamma_list, "sweep_gamma": sweep_gamma,
+    meta = {"pair": pair, "temperature": temperature, "seed": seed, "gammas": gamma_list,
+            "sweep_gamma": sweep_gamma if grid_gamma is None else grid_gamma,
             "workloads": {w.name: {"prompts": len(w.prompts), "max_new_tokens": w.max_new_tokens} for w in loaded},
             "drafters": draft_list, "n_arith": n_arith, "n_code": n_code, "head": str(head) if head else None,
             "costs": (costs or decoder.costs).to_dict() if (costs or decoder.costs) else None,
@@ -162,7 +170,7 @@ def bench_relaxed(
     if out_json is not None:
         rb.save_json(rows, out_json, meta)
     if plot is not None:
-        rb.plot(rows, plot, sweep_gamma, title=f"{pair}: speed vs quality, T={temperature:g}")
+        rb.plot(rows, plot, grid_gamma, title=f"{pair}: speed vs quality, T={temperature:g}")
         console.print(f"wrote {plot}", markup=False)
 
 

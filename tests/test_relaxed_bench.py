@@ -218,6 +218,20 @@ def test_bench_rows_wire_the_cost_model_and_intervals(tiny_pair):
     assert any("contrastive with the n-gram drafter" in s for s in rb.skipped(["contrastive"], ["ngram"], None))
 
 
+def test_the_grid_runs_at_the_best_lossless_gamma(tiny_pair):
+    dec = Decoder.load("tiny-random")
+    works = [rw.load_workload("code", 2, 8, pair="tiny-random")]
+    rows = rb.run_bench(dec, works, ["static", "fuzzy"], DecodeConfig(temperature=1.0), gammas=(2, 4),
+                        full_grid_gamma=None, points=1, gamma_methods=["static"],
+                        costs=Costs({"full": {1: 0.05}, "draft": {1: 0.01}}))
+    lossless = {r.gamma: r for r in rows if r.method == "static" and r.value == 1.0}
+    best = max(lossless, key=lambda g: lossless[g].speedup)
+    assert set(lossless) == {2, 4} and len(rows) == len({(r.gamma, r.method, r.value) for r in rows})  # no rerun
+    assert {r.gamma for r in rows if r.method == "static" and r.value != 1.0} == {2, 4}
+    assert {r.gamma for r in rows if r.method == "fuzzy"} == {best}  # fuzzy is not in gamma_methods
+    assert len([r for r in rows if r.method == "static" and r.gamma == best]) == 4  # off + 3 grid points
+
+
 def test_cli_bench_drafters_transfer_and_bad_input(capsys, tmp_path, tiny_pair):
     rows = tmp_path / "rows.json"
     code, out, err = cli(capsys, "bench-relaxed", "--pair", "tiny-random", "--methods", "static,fly,contrastive",
@@ -234,7 +248,8 @@ def test_cli_bench_drafters_transfer_and_bad_input(capsys, tmp_path, tiny_pair):
     for args, msg in ((("--workloads", "instruct"), "has the workloads arithmetic, code"),
                       (("--drafter", "eagle"), "--drafter takes"),
                       (("--transfer", "arithmetic:arithmetic"), "SOURCE:TARGET"),
-                      (("--prompts", "-1"), "must be 0")):
+                      (("--prompts", "-1"), "must be 0"),
+                      (("--sweep-gamma", "fast"), "--sweep-gamma")):
         code, _, err = cli(capsys, "bench-relaxed", "--pair", "tiny-random", *args)
         assert code == 2 and msg in err and "Traceback" not in err, args
 
@@ -265,3 +280,12 @@ def test_transfer_tunes_on_one_workload_and_reports_the_loss_on_another():
     assert parse_transfer("all", ["task", "instruct"]) == [("task", "instruct"), ("instruct", "task")]
     with pytest.raises(DimrError, match="SOURCE:TARGET"):
         parse_transfer("task-instruct", ["task", "instruct"])
+
+
+def test_token_types():
+    from dimr.relaxed.diversed import token_type
+
+    assert [token_type(t) for t in ("42", " 7", ".", " ,", "!?", " hello", "Omar", "\n", " ", "x2", "'s")] == [
+        "digits", "digits", "punctuation", "punctuation", "punctuation", "words", "words", "space", "space",
+        "other", "other"]
+    assert token_type("<|im_end|>", special=True) == "special"

@@ -204,14 +204,16 @@ def skipped(methods: Sequence[str], drafters: Sequence[str], head: EnsembleHead 
 
 
 def run_bench(decoder: Decoder, workloads: Sequence[Workload], methods: Sequence[str], config: DecodeConfig,
-              gammas: Sequence[int] = (3, 5, 8), full_grid_gamma: int = 5, head: EnsembleHead | None = None,
+              gammas: Sequence[int] = (3, 5, 8), full_grid_gamma: int | None = 5, head: EnsembleHead | None = None,
               progress: Callable[[Row], None] | None = None, points: int | None = None,
               gamma_methods: Sequence[str] | None = None, drafters: Sequence[str] = ("model",),
               costs: Costs | None = None) -> list[Row]:
     """Every (workload, drafter, γ, method, value) row plus ``ar`` per workload; speed-ups relative to that ``ar``.
 
-    ``points`` thins each grid; ``gamma_methods`` limits which methods run at the γ other than ``full_grid_gamma``;
-    ``costs`` is the forward-cost table the predictions price calls on (measured here if None).
+    ``full_grid_gamma``: the γ where every grid value runs; None = the best lossless γ, chosen per workload and
+    drafter from lossless runs at every γ of ``gammas`` (the fastest measured). ``points`` thins each grid;
+    ``gamma_methods`` limits which methods run at the other γ; ``costs`` is the forward-cost table the
+    predictions price calls on (measured here if None).
     """
     costs = costs or decoder.costs or decoder.measure_costs()
     rows: list[Row] = []
@@ -224,33 +226,45 @@ def run_bench(decoder: Decoder, workloads: Sequence[Workload], methods: Sequence
         if progress:
             progress(ar_row)
         for drafter in drafters:
-            mode = DRAFTERS[drafter]
+            done: dict[tuple[int, str, float], Row] = {}
             c_rel_by_gamma: dict[int, float] = {}
+
+            def point(method: str, gamma: int, value: float, drafter: str = drafter, done=done,
+                      c_rel_by_gamma=c_rel_by_gamma, ar_row: Row = ar_row, ar_rate: float = ar_rate,
+                      work: Workload = work) -> Row:
+                if (gamma, method, value) in done:
+                    return done[(gamma, method, value)]
+                m = METHODS[method]
+                rule = m.build(head, **{**dict(m.fixed), m.param: value})
+                stats, recorder, row = run_one(decoder, work, replace(config, gamma=gamma), DRAFTERS[drafter], rule)
+                row.method, row.param, row.value, row.drafter = method, m.param, value, drafter
+                if gamma not in c_rel_by_gamma:  # draft/full cost per forward, from the first run at γ
+                    spent = getattr(stats, "cpu_seconds_tier", None) or stats.seconds
+                    per_call = {t: spent[t] / max(stats.calls[t], 1) for t in ("draft", "full")}
+                    c_rel_by_gamma[gamma] = per_call["draft"] / max(per_call["full"], 1e-12)
+                row.c_rel = c_rel_by_gamma[gamma]
+                row.speedup = ar_row.seconds / max(row.seconds, 1e-12)
+                row.speedup_ci = ratio_interval(ar_row.per_prompt["seconds"], row.per_prompt["seconds"])
+                row.predicted_speedup = survey_speedup(ar_row.output_length, row.output_length,
+                                                       row.predicted_accepted_length, gamma, row.c_rel)
+                row.cost_speedup = ar_rate and predict_from_counts(row.tokens, stats.calls, stats.fed, costs) / ar_rate
+                done[(gamma, method, value)] = row
+                rows.append(row)
+                if progress:
+                    progress(row)
+                return row
+
+            grid_gamma = full_grid_gamma
+            if grid_gamma is None:  # the best lossless γ: lossless sd (static w = 1) at every γ first
+                grid_gamma = max(gammas, key=lambda g: point("static", g, METHODS["static"].off).speedup)
             for method in methods:
                 m = METHODS[method]
                 if (m.needs_head and head is None) or (drafter == "ngram" and m.ngram):
                     continue
-                for gamma, value in sweep(method, gammas, full_grid_gamma, points):
-                    if gamma != full_grid_gamma and gamma_methods is not None and method not in gamma_methods:
+                for gamma, value in sweep(method, gammas, grid_gamma, points):
+                    if gamma != grid_gamma and gamma_methods is not None and method not in gamma_methods:
                         continue
-                    params = {**dict(m.fixed), m.param: value}
-                    rule = m.build(head, **params)
-                    stats, recorder, row = run_one(decoder, work, replace(config, gamma=gamma), mode, rule)
-                    row.method, row.param, row.value, row.drafter = method, m.param, value, drafter
-                    if gamma not in c_rel_by_gamma:  # draft/full cost per forward, from the first run at γ
-                        spent = getattr(stats, "cpu_seconds_tier", None) or stats.seconds
-                        per_call = {t: spent[t] / max(stats.calls[t], 1) for t in ("draft", "full")}
-                        c_rel_by_gamma[gamma] = per_call["draft"] / max(per_call["full"], 1e-12)
-                    row.c_rel = c_rel_by_gamma[gamma]
-                    row.speedup = ar_row.seconds / max(row.seconds, 1e-12)
-                    row.speedup_ci = ratio_interval(ar_row.per_prompt["seconds"], row.per_prompt["seconds"])
-                    row.predicted_speedup = survey_speedup(ar_row.output_length, row.output_length,
-                                                           row.predicted_accepted_length, gamma, row.c_rel)
-                    row.cost_speedup = ar_rate and (
-                        predict_from_counts(row.tokens, stats.calls, stats.fed, costs) / ar_rate)
-                    rows.append(row)
-                    if progress:
-                        progress(row)
+                    point(method, gamma, value)
     return rows
 
 
@@ -332,8 +346,9 @@ def load_rows(path: Path) -> tuple[list[Row], dict]:
     return rows, data["meta"]
 
 
-def plot(rows: Sequence[Row], path: Path, gamma: int, title: str = "") -> Path:
-    """Speed–quality plot per workload: the static ensemble as the reference line, every other rule on it."""
+def plot(rows: Sequence[Row], path: Path, gamma: int | None, title: str = "") -> Path:
+    """Speed–quality plot per workload and drafter: the static ensemble as the reference line, every other rule on
+    it, at ``gamma`` (None: the γ where the panel's grid ran, i.e. the one with the most rows)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -345,8 +360,9 @@ def plot(rows: Sequence[Row], path: Path, gamma: int, title: str = "") -> Path:
     fig, axes = plt.subplots(len(drafters), cols, figsize=(6 * cols, 5 * len(drafters)), squeeze=False)
     markers = dict(zip(METHODS, "o*sDv^<>ph", strict=False))
     for ax, (work, metric, ylabel, drafter) in zip(axes.flat, panels, strict=True):
-        sel = [r for r in rows if r.workload == work and ((r.gamma == gamma and r.drafter == drafter)
-                                                          or r.mode == "ar")]
+        cand = [r.gamma for r in rows if r.workload == work and r.drafter == drafter and r.mode != "ar"]
+        g = gamma if gamma is not None else max(set(cand), key=cand.count, default=0)
+        sel = [r for r in rows if r.workload == work and ((r.gamma == g and r.drafter == drafter) or r.mode == "ar")]
         for method in METHODS:
             lossless = [r for r in sel if r.method == "static" and r.value == 1.0]
             grid = METHODS[method].grid  # connect points in order of relaxation, from lossless
@@ -369,7 +385,7 @@ def plot(rows: Sequence[Row], path: Path, gamma: int, title: str = "") -> Path:
             ax.scatter([1.0], [quality_of(ar[0], metric)], marker="x", s=80, color="grey", label="ar", zorder=5)
         ax.set_xlabel("speed-up over ar (end-to-end CPU time)")
         ax.set_ylabel(ylabel)
-        ax.set_title(f"{work}, {drafter} draft, γ={gamma}")
+        ax.set_title(f"{work}, {drafter} draft, γ={g}")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     if title:
