@@ -30,7 +30,7 @@ from dimr.errors import DimrError
 
 MODES = ("ar", "sd", "self", "via", "lookup", "hier", "auto")
 NEEDS_SLIM = ("self", "via", "hier")
-LOSSLESS_ONLY = ("lookup", "hier", "auto")  # modes that take no relaxed verification rule
+LOSSLESS_ONLY = ("hier", "auto")  # modes that take no relaxed verification rule
 COST_LENGTHS = (1, 2, 3, 5, 9, 13, 17)  # forward lengths `auto` prices (γ + 1 up to 9, Γ + 1 up to 17)
 
 
@@ -180,7 +180,11 @@ class Decoder:
         if mode == "ar" and targets is not verify.lossless:
             raise DimrError("mode 'ar' has no draft to verify; use a relaxed rule with sd, self or via")
         if mode in LOSSLESS_ONLY and targets is not verify.lossless:
-            raise DimrError(f"mode {mode!r} is lossless only; use a relaxed rule with sd, self or via")
+            raise DimrError(f"mode {mode!r} is lossless only; use a relaxed rule with sd, self, lookup or via")
+        if mode == "lookup" and (getattr(targets, "needs_hidden", False) or getattr(targets, "needs_draft_model",
+                                                                                    False)):
+            raise DimrError("this relaxed rule reads a draft model (its hidden states or its distribution), which "
+                            "the n-gram proposer does not have; use it with --mode sd or via")
         needs_hidden = bool(getattr(targets, "needs_hidden", False))
         for tier in (self.full, self.draft, self.slim):
             if tier is not None:
@@ -192,7 +196,7 @@ class Decoder:
         if mode == "self":
             return modes.sd(ModelProposer(self.slim), self.full, prompt, config, mode="self", targets=targets)
         if mode == "lookup":
-            return modes.sd(NgramProposer(self.vocab_size), self.full, prompt, config, mode="lookup")
+            return modes.sd(NgramProposer(self.vocab_size), self.full, prompt, config, mode="lookup", targets=targets)
         if mode in ("hier", "auto"):
             escalate = self.escalate(config)
             with self.shared.recording() if escalate else nullcontext():
