@@ -31,6 +31,7 @@ def dimr(*args: str) -> list[str]:
 def merge(work: Path, out: Path, pair: str, temperature: str) -> None:
     """Every ``work/*.json`` part into one table, JSON and figure; one ``ar`` row per workload (from a γ = 5 part)."""
     from dimr.relaxed import bench as rb
+    from dimr.relaxed.workloads import WORKLOADS
 
     rows, meta, ar_seen = [], {}, set()
     for path in sorted(work.glob("*.json")):
@@ -41,7 +42,7 @@ def merge(work: Path, out: Path, pair: str, temperature: str) -> None:
                     continue
                 ar_seen.add(r.workload)
             rows.append(r)
-    rows.sort(key=lambda r: (rb.WORKLOADS.index(r.workload), r.mode != "ar", r.gamma, r.method))
+    rows.sort(key=lambda r: (WORKLOADS.index(r.workload), r.mode != "ar", r.gamma, r.method))
     rb.save_json(rows, out / "relaxed_bench.json", meta)
     rb.plot(rows, out / "relaxed_pareto.png", 5, title=f"{pair}: speed vs quality, T={temperature}")
     table = rb.format_table(rows) + "\n\n" + "\n".join(f"- collapse? {n}" for n in rb.collapses(rows))

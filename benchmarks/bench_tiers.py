@@ -2,10 +2,15 @@
 draft, the slim verifier and prompt look-up as assistant), on three workloads, greedy and T = 0.7.
 
     python benchmarks/bench_tiers.py --pair mini --slim benchmarks/results/mini_slim.json --threads 1
+    python benchmarks/bench_tiers.py ... --ladder-slim heavy.json   # + rows ladder@γxΓ (see below)
 
 One run: the cost table is measured once (``dimr bench-forward``'s numbers), then per workload and
 temperature one ``run_bench`` table, and a summary of the best row per mode as ratios to ``ar`` with the
 cost model's prediction beside it. ``--out`` writes every row as JSON.
+
+``--ladder-slim``: the nested ladder beside the draft-model rows: rows ``ladder@γxΓ`` run ``hier`` with this
+(more heavily skipped) slim of the same verifier as the draft tier and ``--slim`` as the middle tier (both
+from one Pareto study: ``dimr export STUDY --budget K``); no draft model, no extra weights.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from dimr.decoding.bench import best_rows, format_table, run_bench  # noqa: E402
 from dimr.zoo import DATA_DIR  # noqa: E402
 
 MODES = ("ar,sd@1,sd@2,sd@4,self@2,self@4,lookup@2,lookup@4,hier@1x4,hier@2x8,hier@4x12,via,auto")
+LADDER_MODES = "ladder@1x4,ladder@2x8,ladder@4x12"
 PROSE = ("The history of the printing press begins in", "Once upon a time, in a small village by the sea,",
          "The main causes of the French Revolution were", "Photosynthesis is the process by which")
 
@@ -51,6 +57,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pair", default="mini")
     ap.add_argument("--slim")
+    ap.add_argument("--ladder-slim", help="a heavier slim config: adds the ladder rows (draft = this slim)")
+    ap.add_argument("--ladder-modes", default=LADDER_MODES)
     ap.add_argument("--modes", default=MODES)
     ap.add_argument("--workloads", default="code,prose,task")
     ap.add_argument("--temperatures", default="0,0.7")
@@ -69,11 +77,16 @@ def main() -> None:
         f"{t} c(1) {costs(t, 1) * 1e3:.2f} c(5) {costs(t, 5) * 1e3:.2f} c(9) {costs(t, 9) * 1e3:.2f}"
         for t in costs.table))
     modes = [m for m in args.modes.split(",") if decoder.slim or m.partition("@")[0] not in ("self", "via", "hier")]
+    ladder = None
+    if args.ladder_slim:
+        ladder = decoder.ladder(args.ladder_slim)
+        modes += args.ladder_modes.split(",")
     summary, dump = [], []
     for temperature in (float(t) for t in args.temperatures.split(",")):
         for name in args.workloads.split(","):
             config = DecodeConfig(max_new_tokens=args.max_new_tokens, temperature=temperature, top_p=1.0)
-            report = run_bench(decoder, workload(args.pair, name, args.prompts), modes, config, hf=not args.no_hf)
+            report = run_bench(decoder, workload(args.pair, name, args.prompts), modes, config, hf=not args.no_hf,
+                                ladder=ladder)
             print(f"\n## {args.pair} {name} T={temperature}\n\n{format_table(report)}", flush=True)
             base = costs("full", 1)
             best = best_rows(report)
@@ -90,7 +103,8 @@ def main() -> None:
             for m in modes_seen) + " |")
     print(f"\n{time.time() - t0:.0f} s in all")
     if args.out:
-        Path(args.out).write_text(json.dumps({"costs": costs.to_dict(), "rows": dump}, indent=1))
+        extra = {"ladder_costs": ladder.costs.to_dict()} if ladder is not None and ladder.costs else {}
+        Path(args.out).write_text(json.dumps({"costs": costs.to_dict(), **extra, "rows": dump}, indent=1))
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from enum import Enum
 from pathlib import Path
 
@@ -88,9 +89,15 @@ DRAFT_STOP = typer.Option(0.0, "--draft-stop",
 DEVICE = typer.Option(None, "--device", help="cpu, cuda, cuda:1... (default: cuda if available)")
 THREADS = typer.Option(None, "--threads", help="torch intra-op threads (default: torch's)")
 PAIRS_FILE = typer.Option(None, "--pairs-file", help=PAIRS_FILE_HELP)
+DRAFT_SLIM = typer.Option(None, "--draft-slim", help="the ladder: a more heavily skipped slim config as the draft "
+                                                     "tier instead of the pair's draft model (no extra memory)")
 
 
-def decode(pair: str = PAIR, slim: Path = SLIM,
+def decode(pair: str = PAIR, slim: Path = SLIM, draft_slim: Path = DRAFT_SLIM,
+           decoder_config: Path = typer.Option(None, "--config", help="decoder config JSON from `dimr "
+                                               "tune-thresholds`: via's thresholds and gamma come from it"),
+           point: int = typer.Option(None, "--point", help="with --config: the Pareto point to use "
+                                     "(default: the file's default point)"),
            mode: Mode = typer.Option(Mode.via, "--mode", help="ar | sd | self | via | lookup | hier | auto"),
            prompt: str = typer.Option(None, "--prompt", help="one prompt"),
            prompts: Path = typer.Option(None, "--prompts", help="JSONL file: {\"prompt\": ...} per line"),
@@ -119,11 +126,22 @@ def decode(pair: str = PAIR, slim: Path = SLIM,
                      regen_threshold, draft_stop, window)
     if mode.value in NEEDS_SLIM and slim is None:
         raise DimrError(f"mode {mode.value} needs a slim verifier; pass --slim slim.json (from `dimr export`)")
+    if point is not None and decoder_config is None:
+        raise DimrError("--point picks a point of a decoder config; pass --config FILE too")
+    if decoder_config is not None:
+        from dimr.decoding.tuning import load_decoder_config
+        from dimr.slim_config import load_slim_config
+
+        if mode.value != "via":
+            raise DimrError(f"a decoder config tunes via's thresholds, not mode {mode.value}; use --mode via")
+        tuned = load_decoder_config(decoder_config)
+        tuned.check(pair, load_slim_config(slim) if slim is not None else None)
+        config = replace(config, thresholds=tuned.thresholds(point), gamma=tuned.gamma)
     table = Costs.load(costs) if costs is not None else None
     _prepare(threads)
     with status(f"loading pair {pair}"):
         decoder = Decoder.load(pair, slim=slim, device=device, pairs_file=pairs_file, compiled=compiled,
-                               timed=stats or as_json)
+                               timed=stats or as_json, draft_slim=draft_slim)
     decoder.costs = table
     compiled = decoder.full.compiled
     from dimr.relaxed import rule_from_cli
@@ -205,6 +223,99 @@ def bench_decode(pair: str = PAIR, slim: Path = SLIM,
     console.print(format_table(report), markup=False, highlight=False, soft_wrap=True)
 
 
+def _floats(text: str, what: str) -> list[float]:
+    try:
+        values = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        values = []
+    if not values or not all(math.isfinite(v) and v >= 0 for v in values):
+        raise DimrError(f"{what} {text!r} is not a comma-separated list of numbers ≥ 0 (above 1 = route off); "
+                        "pass e.g. 0.6,0.8")
+    return values
+
+
+def tune_thresholds(pair: str = PAIR, slim: Path = typer.Option(..., "--slim", help="slim config JSON the "
+                                                                 "thresholds are tuned for"),
+                    out: Path = typer.Option(..., "--out", help="decoder config JSON to write (for `dimr decode "
+                                             "--config`)"),
+                    prompts: Path = typer.Option(None, "--prompts", help="held-out JSONL prompts, optionally with "
+                                                 "an integer \"answer\" (default: the pair's own task)"),
+                    num_prompts: int = typer.Option(4, "--num-prompts", help="use the first N prompts"),
+                    accept: str = typer.Option("0.5,0.8,0.95", "--accept", help="accept thresholds to sweep"),
+                    close: str = typer.Option("0,0.5", "--close", help="close thresholds to sweep"),
+                    regen: str = typer.Option("0.5,0.9", "--regen", help="regen thresholds to sweep"),
+                    speed: str = typer.Option("predicted", "--speed", help="the speed the Pareto set is taken on: "
+                                              "predicted (cost model on the call counts) or measured"),
+                    max_new_tokens: int = typer.Option(32, "--max-new-tokens", help="tokens per prompt"),
+                    gamma: int = GAMMA, temperature: float = TEMP, seed: int = SEED, costs: Path = COSTS,
+                    as_json: bool = typer.Option(False, "--json", help="print JSON"),
+                    device: str = DEVICE, threads: int = THREADS, pairs_file: Path = PAIRS_FILE) -> None:
+    """Sweep via's accept/close/regen thresholds on held-out prompts against ar; write the Pareto set of speed
+    and quality (full-verifier log-likelihood, exact match on the task) as a decoder config."""
+    from dimr.decoding import Decoder, tuning
+    from dimr.decoding.costs import Costs
+    from dimr.slim_config import load_slim_config
+
+    if speed not in tuning.SPEEDS:
+        raise DimrError(f"--speed {speed!r} is not one of {', '.join(tuning.SPEEDS)}; pass one")
+    if num_prompts < 1:
+        raise DimrError(f"--num-prompts {num_prompts} must be at least 1")
+    if out.is_dir() or not out.resolve().parent.is_dir():
+        raise DimrError(f"cannot write {out}: give a file path in an existing folder")
+    settings = tuning.grid(_floats(accept, "--accept"), _floats(close, "--close"), _floats(regen, "--regen"))
+    held_out = (tuning.read_prompts(prompts, num_prompts) if prompts is not None
+                else tuning.task_prompts(pair, num_prompts))
+    if not held_out:
+        raise DimrError(f"pair {pair} has no task of its own; pass --prompts FILE.jsonl of held-out prompts")
+    config = _config(max_new_tokens, gamma, temperature, 1.0, seed, 0.8, 0.5, 0.9, 0.0)
+    slim_cfg = load_slim_config(slim)
+    table = Costs.load(costs) if costs is not None else None
+    _prepare(threads)
+    with status(f"loading pair {pair}"):
+        decoder = Decoder.load(pair, slim=slim, device=device, pairs_file=pairs_file)
+    decoder.costs = table
+    with status(f"sweeping {len(settings)} threshold settings × {len(held_out)} prompts"):
+        ar, points = tuning.sweep(decoder, held_out, config, settings)
+    front = tuning.pareto_set([tuning.objectives(p, speed) for p in points])
+    kept = [points[i] for i in front]
+    tuned = tuning.DecoderConfig(pair=pair, slim_mask=slim_cfg.mask, slim_fingerprint=slim_cfg.fingerprint,
+                                 gamma=gamma, temperature=temperature, max_new_tokens=max_new_tokens,
+                                 prompts=len(held_out), speed=speed, default=tuning.default_point(kept, speed, ar),
+                                 ar=ar, points=kept)
+    tuned.save(out)
+    if as_json:
+        from dataclasses import asdict
+
+        print_json({"output": str(out), "ar": ar, "pareto": front, "default": tuned.default,
+                    "points": [asdict(p) for p in points]})
+        return
+    console.print(format_points(ar, points, front, tuned.default), markup=False, highlight=False, soft_wrap=True)
+    console.print(f"\nwrote {out}: {len(kept)} Pareto points of {len(points)}, default point {tuned.default}; "
+                  f"decode with `dimr decode --pair {pair} --slim {slim} --config {out} [--point K]`",
+                  markup=False, highlight=False, soft_wrap=True)
+
+
+def format_points(ar: dict, points, front: list[int], default: int) -> str:
+    """Markdown: every swept point, speeds as ratios to ar, the Pareto points numbered as in the file."""
+    def fmt(v, spec=".3f"):
+        return "-" if v is None else format(v, spec)
+
+    lines = ["| point | accept | close | regen | tok/s | speed-up | speed-up cpu | predicted speed-up | full/tok "
+             "| log-lik | = ar | task acc. |", "|" + "---|" * 12,
+             f"| ar | | | | {ar['tokens_per_second']:.1f} | 1.00x | 1.00x | 1.00x | {ar['full_per_token']:.3f} | "
+             f"{ar['loglik']:.3f} | {fmt(ar['same_as_ar'], '.2f')} | {fmt(ar['task_accuracy'], '.2f')} |"]
+    for i, p in enumerate(points):
+        k = f"**{front.index(i)}**" + ("*" if front.index(i) == default else "") if i in front else ""
+        lines.append(
+            f"| {k} | {p.accept:g} | {p.close:g} | {p.regen:g} | {p.tokens_per_second:.1f} | "
+            f"{p.tokens_per_second / ar['tokens_per_second']:.2f}x | "
+            f"{p.tokens_per_cpu_second / ar['tokens_per_cpu_second']:.2f}x | "
+            f"{p.predicted_tokens_per_second / ar['predicted_tokens_per_second']:.2f}x | {p.full_per_token:.3f} | "
+            f"{p.loglik:.3f} | {fmt(p.same_as_ar, '.2f')} | {fmt(p.task_accuracy, '.2f')} |")
+    lines.append("\n(point: index in the written file, * = its default; = ar: fraction of outputs equal to ar's)")
+    return "\n".join(lines)
+
+
 def _lengths(text: str) -> list[int]:
     try:
         lo, _, hi = text.partition("-")
@@ -221,7 +332,7 @@ def bench_forward(pair: str = PAIR,
                   kept: str = typer.Option(None, "--kept", help="also time slims keeping these many layers, "
                                                                 "spread evenly (comma-separated, e.g. 8,16,22)"),
                   lengths: str = typer.Option("1-16", "--lengths", help="tokens per forward: 1-16 or 1,2,4"),
-                  reps: int = typer.Option(5, "--reps", help="timed forwards per cell (the median counts)"),
+                  reps: int = typer.Option(5, "--reps", help="timed forwards per cell (the fastest counts)"),
                   sublayers: bool = typer.Option(False, "--sublayers", help="also measure one attention and one "
                                                  "MLP of the verifier apart (the budget of `dimr search "
                                                  "--granularity sublayer --costs`)"),
@@ -263,3 +374,4 @@ def register(app: typer.Typer) -> None:
     app.command("decode")(decode)
     app.command("bench-decode")(bench_decode)
     app.command("bench-forward")(bench_forward)
+    app.command("tune-thresholds")(tune_thresholds)

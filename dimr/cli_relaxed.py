@@ -27,7 +27,8 @@ def _threads(threads: int | None) -> None:
 @diversed_app.command("train")
 def diversed_train(
     pair: str = typer.Option(..., "--pair", help="model pair (see `dimr pairs`)"),
-    task: str = typer.Option("arithmetic", "--task", help="arithmetic | toy-draft | toy-full"),
+    task: str = typer.Option("", "--task", help="arithmetic | addition | toy-draft | toy-full (default: the "
+                             "pair's own task: addition for smollm2, arithmetic else)"),
     out: Path = typer.Option(Path("diversed_head.safetensors"), "--out", help="head file (JSON config beside it)"),
     steps: int = typer.Option(30, "--steps", help="REINFORCE steps"),
     batch: int = typer.Option(8, "--batch", help="rollouts per step"),
@@ -55,35 +56,52 @@ def diversed_train(
         console.print(f"step {step + 1}/{steps}  reward {log.rewards[-1]:.3f}  mean w {log.mean_w[-1]:.3f}  "
                       f"1−TV(draft, ν) {log.acceptance[-1]:.3f}", markup=False, highlight=False)
 
-    _, log, path = train_for_pair(pair, task, out, config, n_prompts=n_prompts, device=device, progress=progress,
-                                  reward_kind=reward)
-    console.print(f"saved {path} (+ {path.with_suffix('.json').name}) in {log.seconds:.0f}s", markup=False)
+    _, log, path, by_type = train_for_pair(pair, task or None, out, config, n_prompts=n_prompts, device=device,
+                                           progress=progress, reward_kind=reward)
+    console.print(f"trained in {log.seconds:.0f}s; w on held-out rollouts by token type:", markup=False)
+    for kind, d in by_type.items():
+        console.print(f"  {kind:12s} n={d['n']:5d}  mean {d['mean']:.3f}  10/50/90% {d['q10']:.3f} / {d['q50']:.3f} / "
+                      f"{d['q90']:.3f}", markup=False, highlight=False)
+    console.print(f"saved {path} (+ {path.with_suffix('.json').name})", markup=False)
 
 
 def bench_relaxed(
     pair: str = typer.Option("mini", "--pair", help="model pair"),
-    workloads: str = typer.Option("arithmetic,code", "--workloads", help="arithmetic and/or code"),
+    workloads: str = typer.Option("", "--workloads", help="the pair's workloads to run (default: all it has; "
+                                  "mini: arithmetic,code; smollm2: instruct,task,code)"),
     methods: str = typer.Option("all", "--methods", help="comma-separated methods, or all"),
+    drafters: str = typer.Option("model", "--drafter", help="model (the pair's draft), ngram (prompt lookup), or "
+                                 "model,ngram"),
     gammas: str = typer.Option("3,5,8", "--gammas", help="draft lengths; the full sweep runs at --sweep-gamma"),
-    sweep_gamma: int = typer.Option(5, "--sweep-gamma", help="γ at which every grid value runs"),
+    sweep_gamma: str = typer.Option("5", "--sweep-gamma", help="γ at which every grid value runs, or best: the "
+                                    "fastest lossless γ of --gammas, per workload and drafter"),
     grid_points: int = typer.Option(0, "--grid-points", help="values per method grid at --sweep-gamma (0 = all)"),
     gamma_methods: str = typer.Option("all", "--gamma-methods", help="methods to run at the other γ (or all)"),
-    n_arith: int = typer.Option(40, "--n-arith", help="held-out task problems"),
-    n_code: int = typer.Option(16, "--n-code", help="HumanEval prompts"),
-    arith_tokens: int = typer.Option(96, "--arith-tokens", help="max new tokens per task problem"),
-    code_tokens: int = typer.Option(64, "--code-tokens", help="max new tokens per code prompt"),
+    n_prompts: int = typer.Option(0, "--prompts", help="prompts per workload (0 = its default: 40, mini code 16)"),
+    tokens: int = typer.Option(0, "--tokens", help="max new tokens per prompt for every workload (0 = defaults)"),
+    n_arith: int = typer.Option(0, "--n-arith", help="held-out arithmetic problems (mini; 0 = --prompts)"),
+    n_code: int = typer.Option(0, "--n-code", help="code prompts (0 = --prompts)"),
+    arith_tokens: int = typer.Option(0, "--arith-tokens", help="max new tokens per arithmetic problem (0 = --tokens)"),
+    code_tokens: int = typer.Option(0, "--code-tokens", help="max new tokens per code prompt (0 = --tokens)"),
     temperature: float = typer.Option(1.0, "--temperature", help="0 = greedy"),
     seed: int = typer.Option(0, "--seed"),
     head: Path = typer.Option(None, "--head", help="DIVERSED head (safetensors); without it diversed is skipped"),
+    transfer: str = typer.Option("", "--transfer", help="SOURCE:TARGET[,…] or all: tune each method's value on "
+                                 "SOURCE (fastest within tolerance of ar), report what it loses on TARGET"),
+    costs_file: Path = typer.Option(None, "--costs", help="forward-cost table (`dimr bench-forward --json`); "
+                                    "measured here if absent"),
     out_json: Path = typer.Option(None, "--json-out", help="write all rows as JSON"),
     plot: Path = typer.Option(None, "--plot", help="write the speed–quality PNG"),
     device: str = typer.Option(None, "--device"),
     threads: int = typer.Option(1, "--threads", help="torch intra-op threads"),
 ) -> None:
-    """Sweep every relaxed rule's main parameter on held-out workloads; predictions beside measurements."""
+    """Sweep every relaxed rule's main parameter on the pair's held-out workloads; predictions beside measurements."""
     from dimr.decoding import DecodeConfig, Decoder
+    from dimr.decoding.costs import Costs
     from dimr.relaxed import METHODS
     from dimr.relaxed import bench as rb
+    from dimr.relaxed import transfer as rt
+    from dimr.relaxed import workloads as rw
     from dimr.relaxed.diversed import load_head
 
     chosen = [m for m in METHODS if m != "lossless"] if methods == "all" else [
@@ -91,38 +109,68 @@ def bench_relaxed(
     unknown = [m for m in chosen if m not in METHODS or m == "lossless"]
     if unknown:
         raise DimrError(f"unknown method(s) {', '.join(unknown)}; use some of {', '.join(list(METHODS)[1:])}")
-    works = [w.strip() for w in workloads.split(",") if w.strip()]
-    if not works or any(w not in rb.WORKLOADS for w in works):
-        raise DimrError(f"--workloads takes some of {', '.join(rb.WORKLOADS)}")
+    works = rw.check_workloads(pair, [w.strip() for w in workloads.split(",") if w.strip()]
+                               if workloads else list(rw.workloads_for(pair)))
+    draft_list = [d.strip() for d in drafters.split(",") if d.strip()]
+    if not draft_list or any(d not in rb.DRAFTERS for d in draft_list):
+        raise DimrError(f"--drafter takes some of {', '.join(rb.DRAFTERS)} (comma-separated)")
     try:
         gamma_list = [int(g) for g in gammas.split(",") if g.strip()]
     except ValueError:
         raise DimrError("--gammas takes integers, e.g. 3,5,8") from None
+    if not gamma_list or min(gamma_list) < 1:
+        raise DimrError("--gammas takes positive integers, e.g. 3,5,8")
+    if sweep_gamma != "best" and not sweep_gamma.isdigit():
+        raise DimrError(f"--sweep-gamma {sweep_gamma!r}: give a draft length or best")
+    grid_gamma = None if sweep_gamma == "best" else int(sweep_gamma)
+    if min([n_prompts, tokens, n_arith, n_code, arith_tokens, code_tokens]) < 0:
+        raise DimrError("--prompts, --tokens, --n-* and --*-tokens must be 0 (default) or positive")
+    pairs = rt.parse_transfer(transfer, works) if transfer else []
+    costs = Costs.load(costs_file) if costs_file is not None else None
     _threads(threads)
     decoder = Decoder.load(pair, device=device)
     trained = load_head(head, decoder.draft.model, decoder.full.model)[0] if head is not None else None
-    loaded = [rb.load_workload(w, n_arith if w == "arithmetic" else n_code,
-                               arith_tokens if w == "arithmetic" else code_tokens) for w in works]
+    loaded = [rw.load_workload(w, {"arithmetic": n_arith, "code": n_code}.get(w) or n_prompts or None,
+                               {"arithmetic": arith_tokens, "code": code_tokens}.get(w) or tokens or None,
+                               pair=pair) for w in works]
     config = DecodeConfig(temperature=temperature, seed=seed, eos_token_ids=decoder.eos_token_ids())
+    for note in rb.skipped(chosen, draft_list, trained):
+        console.print(f"skipped: {note}", markup=False, highlight=False, soft_wrap=True)
+    runs = 1 + sum(len(draft_list) * len(rb.sweep(m, gamma_list, grid_gamma or gamma_list[0], grid_points or None))
+                   for m in chosen)
+    budget = sum(w.max_new_tokens * len(w.prompts) for w in loaded) * runs
+    console.print(f"plan: up to {runs} decodes of {' + '.join(f'{len(w.prompts)}×{w.max_new_tokens}' for w in loaded)}"
+                  f" tokens (≤ {budget} tokens in all)", markup=False, highlight=False, soft_wrap=True)
 
     def progress(row) -> None:
-        console.print(f"{row.workload:10s} γ={row.gamma} {row.label:28s} speedup {row.speedup:5.2f}  "
+        console.print(f"{row.workload:10s} {row.drafter if row.mode != 'ar' else '':5s} γ={row.gamma} "
+                      f"{row.label:28s} speedup {row.speedup:5.2f} (cost model {row.cost_speedup:5.2f})  "
                       f"acc.len {row.accepted_length:5.2f} (pred {row.predicted_accepted_length:5.2f})  "
-                      f"quality {rb.quality_of(row):7.3f}  out.len {row.output_length:5.1f}",
+                      f"quality {rb.quality_of(row):7.3f}  out.len {row.output_length:5.1f}  rep4 {row.repetition:.2f}",
                       markup=False, highlight=False, soft_wrap=True)
 
-    rows = rb.run_bench(decoder, loaded, chosen, config, gamma_list, sweep_gamma, trained, progress,
+    rows = rb.run_bench(decoder, loaded, chosen, config, gamma_list, grid_gamma, trained, progress,
                         points=grid_points or None,
-                        gamma_methods=None if gamma_methods == "all" else gamma_methods.split(","))
+                        gamma_methods=None if gamma_methods == "all" else gamma_methods.split(","),
+                        drafters=draft_list, costs=costs)
     console.print(rb.format_table(rows), markup=False, highlight=False, soft_wrap=True)
     for note in rb.collapses(rows):
-        console.print(f"collapse? {note}", markup=False, highlight=False)
-    meta = {"pair": pair, "temperature": temperature, "seed": seed, "gammas": gamma_list, "sweep_gamma": sweep_gamma,
-            "n_arith": n_arith, "n_code": n_code, "head": str(head) if head else None, "created": rb.now()}
+        console.print(f"collapse? {note}", markup=False, highlight=False, soft_wrap=True)
+    moved = [t for a, b in pairs for t in rt.transfers(rows, a, b)]
+    if pairs:
+        console.print(f"transfer (tuned: fastest with quality ≥ ar − tol, tol {rt.TOLERANCE}):", markup=False,
+                      highlight=False)
+        console.print(rt.format_transfers(moved), markup=False, highlight=False, soft_wrap=True)
+    meta = {"pair": pair, "temperature": temperature, "seed": seed, "gammas": gamma_list,
+            "sweep_gamma": sweep_gamma if grid_gamma is None else grid_gamma,
+            "workloads": {w.name: {"prompts": len(w.prompts), "max_new_tokens": w.max_new_tokens} for w in loaded},
+            "drafters": draft_list, "n_arith": n_arith, "n_code": n_code, "head": str(head) if head else None,
+            "costs": (costs or decoder.costs).to_dict() if (costs or decoder.costs) else None,
+            "transfer": [vars(t) for t in moved], "created": rb.now()}
     if out_json is not None:
         rb.save_json(rows, out_json, meta)
     if plot is not None:
-        rb.plot(rows, plot, sweep_gamma, title=f"{pair}: speed vs quality, T={temperature:g}")
+        rb.plot(rows, plot, grid_gamma, title=f"{pair}: speed vs quality, T={temperature:g}")
         console.print(f"wrote {plot}", markup=False)
 
 

@@ -11,7 +11,7 @@ from test_decoding_dist import P_PASS, broken_accept, chi_square_p, exact_two_to
 
 from dimr.decoding import DecodeConfig, modes
 from dimr.decoding.auto import Arm, Chooser, auto
-from dimr.decoding.costs import GPUS, Acceptance, Costs, predict, predict_from_counts, roofline
+from dimr.decoding.costs import GPUS, Acceptance, Costs, monotone, predict, predict_from_counts, roofline
 from dimr.decoding.decoder import Decoder
 from dimr.decoding.proposer import ModelProposer, NgramProposer, lookup
 from dimr.decoding.sampling import Sampler
@@ -115,7 +115,8 @@ def test_auto_emits_what_the_chosen_mode_emits(decoder: Decoder):
     block function of the mode it chose, emits the same tokens."""
     config = DecodeConfig(max_new_tokens=NEW_TOKENS, gamma=3, temperature=0.8, seed=2)
     costs = Costs({"full": {1: 1.0, 9: 1.2}, "draft": {1: 0.1}, "slim": {1: 0.6, 9: 0.8}}, "test")
-    chooser = Chooser(costs, [Arm("ar"), Arm("sd", 2), Arm("self", 3), Arm("lookup", 4), Arm("hier", 2, 4)])
+    chooser = Chooser(costs, [Arm("ar"), Arm("sd", 2), Arm("self", 3), Arm("lookup", 4), Arm("hier", 2, 4)],
+                      adapt=False)  # the made-up table alone decides, so that the modes mix
     trace: list = []
     auto(chooser, decoder.full, decoder.draft, decoder.slim, PROMPT, config, decoder.vocab_size, trace)
     assert len({arm.mode for arm, *_ in trace}) >= 2  # the decode really mixed modes
@@ -150,6 +151,29 @@ def test_auto_prefers_the_arm_the_costs_favour():
     assert {chooser.choose(rng, {"draft": 0, "slim": 0}).mode for _ in range(20)} == {"ar"}
 
 
+def test_auto_prices_by_measured_time():
+    """A tier that runs slower than its table entry is priced at what it measured: the table says sd wins,
+    the measured draft (here 5× its entry at every block) makes ar win."""
+    import random
+
+    costs = Costs({"full": {1: 1.0, 5: 1.2}, "draft": {1: 0.1}}, "test")
+    chooser = Chooser(costs, [Arm("ar"), Arm("sd", 4)])
+    chooser.observe([("draft", "full", 700, 1000)])
+    rng = random.Random(0)
+    assert {chooser.choose(rng, {"draft": 0}).mode for _ in range(20)} == {"sd"}
+    for _ in range(40):  # per block 4 draft forwards of 1 token, each taking 5 × its 0.1 s
+        chooser.observe_time("draft", 4, 4, 4 * 0.5)
+    chooser.observe_time("draft", 1, 1, 100.0)  # clipped: one stall moves the ratio by at most RATE·(5 − r)
+    assert 4.9 < chooser.scale["draft"] <= 5.0
+    chooser.observe_time("full", 1, 5, 1.2)  # exactly the table: the full tier's factor stays 1
+    assert chooser.scale["full"] == 1.0
+    # sd/4 now: 4 · 0.5 + 1.2 = 3.2 s for (1 − 0.7⁵)/0.3 ≈ 2.77 tokens < ar's 1 token/s
+    assert {chooser.choose(rng, {"draft": 0}).mode for _ in range(20)} == {"ar"}
+    off = Chooser(costs, [Arm("ar"), Arm("sd", 4)], adapt=False)
+    off.observe_time("draft", 4, 4, 2.0)
+    assert off.scale == {}
+
+
 # --- the cost model --------------------------------------------------------------------------------------
 
 COSTS = Costs({"full": {1: 0.050, 5: 0.085, 9: 0.120}, "draft": {1: 0.010}, "slim": {1: 0.030, 3: 0.040,
@@ -161,6 +185,12 @@ def test_costs_interpolate_and_extrapolate():
     assert COSTS("full", 13) == pytest.approx(0.155)  # the last slope
     assert COSTS("draft", 7) == 0.010 and COSTS("lookup", 7) == 0.0
     assert Costs.from_dict(COSTS.to_dict()) == COSTS
+    assert COSTS.scaled({"draft": 2.0})("draft", 7) == 0.020 and COSTS.scaled({})("full", 3) == COSTS("full", 3)
+
+
+def test_a_measured_row_never_falls_with_more_tokens():
+    """A burst of other load during one cell (here n = 3) must not make longer forwards look cheaper."""
+    assert monotone({1: 1.0, 2: 1.2, 3: 3.0, 5: 1.5, 9: 4.0}) == {1: 1.0, 2: 1.2, 3: 3.0, 5: 3.0, 9: 4.0}
 
 
 def test_predictions_equal_hand_computation():

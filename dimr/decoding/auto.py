@@ -10,7 +10,10 @@ the tokens emitted (each match is an unbiased draw of its acceptance q(x)), and 
 blocks where the last n-gram occurred before, priced at the length of what followed it.
 
 The posterior counts live in the :class:`Chooser` and carry over between prompts, halved at each new one
-(running estimates that still adapt per prompt).
+(running estimates that still adapt per prompt). The chooser also times the forwards it asks for: per tier,
+a running ratio of measured to tabled seconds rescales the cost table, so a table measured under other load
+(or a machine whose load changes) still prices the arms as they run now. Choices then depend on timing, so a
+sampled ``auto`` decode with a fixed seed may take other paths between runs; its law does not change.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from dimr.decoding.tiers import Tier
 GAMMAS = (1, 2, 3, 4, 6, 8)
 HIER = ((1, 4), (2, 4), (2, 8), (4, 8), (4, 12), (4, 16))  # (γ, Γ)
 PRIOR = (1.0, 2.0)  # Beta(accepted + 1, rejected + 2): a mildly pessimistic start (mean 1/3)
+RATE = 0.2  # weight of the newest block in the running measured/tabled time ratio of a tier
+RATIO_BOUNDS = (0.2, 5.0)  # one block's ratio is clipped to this: a single stall must not flip the table
 
 
 @dataclass(frozen=True)
@@ -59,6 +64,8 @@ class Chooser:
     arms: list[Arm]
     counts: dict[tuple[str, str], list[float]] = field(default_factory=dict)  # pair → [accepted, rejected]
     chosen: dict[str, int] = field(default_factory=dict)  # arm label → blocks, over the last decode
+    scale: dict[str, float] = field(default_factory=dict)  # tier → running measured / tabled seconds
+    adapt: bool = True  # rescale the table by measured times (off: price by the table alone)
 
     def new_prompt(self) -> None:
         for c in self.counts.values():
@@ -70,6 +77,15 @@ class Chooser:
             c = self.counts.setdefault((proposer, target), [0.0, 0.0])
             c[0], c[1] = c[0] + accepted, c[1] + tested - accepted
 
+    def observe_time(self, tier: str, calls: int, fed: int, seconds: float) -> None:
+        """``calls`` forwards of ``tier`` fed ``fed`` tokens in all and took ``seconds``."""
+        if not self.adapt or calls <= 0 or seconds <= 0:
+            return
+        ratio = seconds / (calls * self.costs(tier, fed / calls))
+        ratio = min(max(ratio, RATIO_BOUNDS[0]), RATIO_BOUNDS[1])
+        old = self.scale.get(tier, 1.0)
+        self.scale[tier] = old + RATE * (ratio - old)
+
     def choose(self, rng: random.Random, lag: dict[str, int], lookup_len: int = GAMMAS[-1]) -> Arm:
         """The arm of highest sampled tokens/s; ``lag[tier]``: tokens a tier's cache is behind;
         ``lookup_len``: tokens the n-gram proposer has to offer now (none: its arms are left out)."""
@@ -79,12 +95,13 @@ class Chooser:
             a, r = self.counts.get(pair, (0.0, 0.0))
             rates[pair] = rng.betavariate(a + PRIOR[0], r + PRIOR[1])
         acceptance = Acceptance(rates)
+        costs = self.costs.scaled(self.scale) if self.scale else self.costs
 
         def speed(arm: Arm) -> float:
             gamma = min(arm.gamma, lookup_len) if arm.mode == "lookup" else arm.gamma
-            tokens, seconds = block(arm.mode, gamma, acceptance, self.costs, arm.window)
+            tokens, seconds = block(arm.mode, gamma, acceptance, costs, arm.window)
             for tier in {"sd": ["draft"], "self": ["slim"], "hier": ["draft", "slim"]}.get(arm.mode, []):
-                seconds += self.costs(tier, lag[tier] + 1) - self.costs(tier, 1)
+                seconds += costs(tier, lag[tier] + 1) - costs(tier, 1)
             return tokens / seconds
 
         arm = max([a for a in self.arms if a.mode != "lookup" or lookup_len > 0] or self.arms, key=speed)
@@ -118,11 +135,13 @@ def auto(chooser: Chooser, full: Tier, draft: Tier | None, slim: Tier | None, pr
     if slim is not None:
         proposers["self"] = ModelProposer(slim)
     chooser.new_prompt()
+    timed = [t for t in (full, draft, slim) if t is not None and t.timed]
     while not out.done:
         ids = out.ids
         lag = {t.name: ids.numel() - 1 - t.length for t in (draft, slim) if t is not None}
         arm = chooser.choose(rng, lag, lookup(ids, GAMMAS[-1]).numel())
         state = generator.get_state() if trace is not None else None
+        before = {t.name: (t.calls, t.fed, t.seconds) for t in timed}
         if arm.mode == "ar":
             seen = modes.ar_block(full, out, generator)
         elif arm.mode == "hier":
@@ -134,6 +153,9 @@ def auto(chooser: Chooser, full: Tier, draft: Tier | None, slim: Tier | None, pr
         if arm.mode != "lookup":
             seen += _lookup_seen(ids, emitted, max(GAMMAS))
         chooser.observe(seen)
+        for t in timed:
+            calls, fed, seconds = before[t.name]
+            chooser.observe_time(t.name, t.calls - calls, t.fed - fed, t.seconds - seconds)
         if trace is not None:
             trace.append((arm, ids, state, emitted.tolist()))
     return out.result()

@@ -21,16 +21,18 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from dimr.decoding.costs import Costs, predict_from_counts
+from dimr.decoding.costs import Costs, measure, predict_from_counts
 from dimr.decoding.decoder import Decoder
 from dimr.decoding.sequence import DecodeConfig
 from dimr.decoding.stats import TIERS, DecodeStats
+from dimr.errors import DimrError
 
 HF = "hf-assisted"
 HF_SLIM = "hf-slim"
 HF_LOOKUP = "hf-lookup"
 HF_PEERS = (HF, HF_SLIM, HF_LOOKUP)
 COMPILED = "+c"  # suffix of the rows decoded with static caches and compiled forwards
+LADDER = "ladder"  # rows ``ladder@γxΓ``: hier on the ladder decoder (a heavier slim drafts for the slim)
 
 DEFAULT_PROMPTS = (
     "def fibonacci(n):\n",
@@ -133,9 +135,12 @@ def output_nll(decoder: Decoder, prompt: torch.Tensor, tokens: list[int]) -> tup
 
 
 def run_bench(decoder: Decoder, prompts: list[str], modes: list[str], config: DecodeConfig,
-              hf: bool | Sequence[str] = True, warmup: bool = True, compiled: bool = False) -> BenchReport:
+              hf: bool | Sequence[str] = True, warmup: bool = True, compiled: bool = False,
+              ladder: Decoder | None = None) -> BenchReport:
     """Decode every prompt with every mode (``ar`` first) and the assisted-generation peer; with ``compiled``,
-    every mode again on static caches and compiled forwards (compiled before the measurement).
+    every mode again on static caches and compiled forwards (compiled before the measurement). ``ladder``:
+    the same verifier and slim with a heavier slim as draft tier (`Decoder.load(draft_slim=...)`), which the
+    rows ``ladder@γxΓ`` decode with ``hier``; its cost table is ``decoder``'s with the draft re-measured.
 
     Modes are interleaved prompt by prompt, so that a change of load on a shared machine hits every row alike.
     """
@@ -153,6 +158,14 @@ def run_bench(decoder: Decoder, prompts: list[str], modes: list[str], config: De
         decoders[COMPILED].warm_up(max(ids.numel() for ids in encoded) + config.max_new_tokens + config.gamma + 1,
                                    modes)
     costs = decoder.costs or decoder.measure_costs()
+    if ladder is not None:
+        decoders[LADDER] = ladder
+        lengths = sorted(costs.table["full"])
+        ladder.costs = ladder.costs or Costs({**costs.table, "draft": measure({"draft": ladder.draft},
+                                                                              lengths).table["draft"]},
+                                             costs.source)
+    elif any(n.startswith(LADDER) for n in names):
+        raise DimrError("ladder rows need a ladder: pass a draft slim (--ladder-slim)")
     rows = [BenchRow(name, DecodeStats(name, 0 if name.startswith("ar") else config.gamma)) for name in names]
     if warmup:  # first-call allocations and lazy initialisation are not part of the measurement
         for name in names:
@@ -163,7 +176,7 @@ def run_bench(decoder: Decoder, prompts: list[str], modes: list[str], config: De
             row.stats, row.outputs = row.stats.merge(stats), row.outputs + [tokens]
     _score(decoder, rows, encoded, config)
     c_rel = _relative_costs(rows, "")
-    for suffix in decoders:
+    for suffix in (k for k in decoders if k != LADDER):  # ladder rows are eager rows, beside ar
         c_tier = c_rel if suffix == "" else _relative_costs(rows, suffix)
         ar = next(r.stats for r in rows if r.mode == "ar" + suffix)
         for row in rows:
@@ -173,17 +186,20 @@ def run_bench(decoder: Decoder, prompts: list[str], modes: list[str], config: De
             row.speedup = s.tokens_per_second / ar.tokens_per_second if ar.tokens_per_second else float("nan")
             row.speedup_cpu = (s.tokens_per_cpu_second / ar.tokens_per_cpu_second if ar.tokens_per_cpu_second
                                else float("nan"))
-            cost = sum(s.calls[t] * c_tier[t] for t in TIERS if s.calls[t])
+            c = c_tier if not row.mode.startswith(LADDER) else {**c_tier, "draft": ladder.costs.relative("draft", 1)}
+            cost = sum(s.calls[t] * c[t] for t in TIERS if s.calls[t])
             row.predicted = s.tokens / cost if cost else float("nan")
     for row in rows:
-        row.modelled = predict_from_counts(row.stats.tokens, row.stats.calls, row.stats.fed, costs)
+        table = ladder.costs if row.mode.startswith(LADDER) else costs
+        row.modelled = predict_from_counts(row.stats.tokens, row.stats.calls, row.stats.fed, table)
     return BenchReport(rows, config, len(prompts), c_rel,
                        _relative_costs(rows, COMPILED) if compiled else None, costs)
 
 
 def _relative_costs(rows: list[BenchRow], suffix: str) -> dict[str, float]:
     """c_tier: a tier's mean forward CPU time over the rows with ``suffix`` / the full verifier's in ``ar``."""
-    ours = [r for r in rows if r.mode not in HF_PEERS and r.mode.endswith(COMPILED) == (suffix == COMPILED)]
+    ours = [r for r in rows if r.mode not in HF_PEERS and not r.mode.startswith(LADDER)  # another draft tier
+            and r.mode.endswith(COMPILED) == (suffix == COMPILED)]
     ar = next(r.stats for r in ours if r.mode == "ar" + suffix)
     full_call = ar.cpu_seconds_tier["full"] / max(ar.calls["full"], 1)
     c_rel = {"full": 1.0}
@@ -198,9 +214,9 @@ def _decode(decoders: dict[str, Decoder], name: str, ids: torch.Tensor,
             config: DecodeConfig) -> tuple[list[int], DecodeStats]:
     if name in HF_PEERS:
         return _hf_assisted(decoders[""], ids, config, name)
-    suffix = COMPILED if name.endswith(COMPILED) else ""
+    suffix = COMPILED if name.endswith(COMPILED) else LADDER if name.startswith(LADDER) else ""
     mode, config = parse_spec(name.removesuffix(COMPILED), config)
-    result = decoders[suffix].run(ids, mode, config)
+    result = decoders[suffix].run(ids, "hier" if mode == LADDER else mode, config)
     result.stats.mode = name
     return result.tokens, result.stats
 

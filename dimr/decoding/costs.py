@@ -61,6 +61,11 @@ class Costs:
         """c(tier, n) / c(full, 1): multiples of one autoregressive step."""
         return self(tier, n) / self("full", 1)
 
+    def scaled(self, factors: Mapping[str, float]) -> Costs:
+        """Every tier's row times its factor (1 where none is given)."""
+        return Costs({t: {n: c * factors.get(t, 1.0) for n, c in row.items()} for t, row in self.table.items()},
+                     self.source)
+
     def to_dict(self) -> dict:
         out = {"source": self.source, "table": {t: {str(n): c for n, c in row.items()}
                                                 for t, row in self.table.items()}}
@@ -90,7 +95,11 @@ class Costs:
 
 @torch.inference_mode()
 def forward_seconds(tier, n: int, reps: int, prefix: int = 64) -> float:
-    """Median seconds of one ``n``-token forward of ``tier`` after a ``prefix``-token warm cache."""
+    """Fastest of ``reps`` timed ``n``-token forwards of ``tier`` after a ``prefix``-token warm cache.
+
+    The minimum, not the median: on a shared machine every disturbance only adds time, so the fastest run is
+    the forward's own cost (and the shape of c(n) no longer follows bursts of other load).
+    """
     device = tier.model.device
     tier.reset(prefix + n + 1)
     tier.forward(torch.arange(prefix, device=device) % 50 + 3, keep=1)
@@ -102,14 +111,23 @@ def forward_seconds(tier, n: int, reps: int, prefix: int = 64) -> float:
         if i:  # the first one warms allocations
             times.append(time.perf_counter() - t0)
         tier.crop(prefix)
-    return sorted(times)[len(times) // 2]
+    return min(times)
+
+
+def monotone(row: Mapping[int, float]) -> dict[int, float]:
+    """The row made non-decreasing in n (a running maximum): more tokens never cost less."""
+    out, top = {}, 0.0
+    for n in sorted(row):
+        top = max(top, row[n])
+        out[n] = top
+    return out
 
 
 def measure(tiers: Mapping[str, object], lengths: Iterable[int] = range(1, 17), reps: int = 5,
             prefix: int = 64) -> Costs:
     """Time every tier (name → :class:`~dimr.decoding.tiers.Tier`) at every length: a measured table."""
     lengths = list(lengths)
-    return Costs({name: {n: forward_seconds(tier, n, reps, prefix) for n in lengths}
+    return Costs({name: monotone({n: forward_seconds(tier, n, reps, prefix) for n in lengths})
                   for name, tier in tiers.items()})
 
 

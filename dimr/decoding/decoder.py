@@ -30,8 +30,18 @@ from dimr.errors import DimrError
 
 MODES = ("ar", "sd", "self", "via", "lookup", "hier", "auto")
 NEEDS_SLIM = ("self", "via", "hier")
-LOSSLESS_ONLY = ("lookup", "hier", "auto")  # modes that take no relaxed verification rule
+LOSSLESS_ONLY = ("hier", "auto")  # modes that take no relaxed verification rule
 COST_LENGTHS = (1, 2, 3, 5, 9, 13, 17)  # forward lengths `auto` prices (γ + 1 up to 9, Γ + 1 up to 17)
+
+
+def check_ladder(draft, slim) -> None:
+    """A ladder's draft slim must be the cheaper rung: fewer kept layers than the slim verifier it drafts for
+    (both SlimConfigs, ``slim`` may be None)."""
+    if slim is None:
+        raise DimrError("a draft slim is the lower rung of a ladder; pass the upper one with --slim")
+    if len(draft.kept_layers) >= len(slim.kept_layers):
+        raise DimrError(f"the draft slim keeps {len(draft.kept_layers)} layers, the slim {len(slim.kept_layers)}: "
+                        "the draft must be the more heavily skipped one; swap --draft-slim and --slim")
 
 
 @dataclass
@@ -66,8 +76,10 @@ class Decoder:
     @classmethod
     def load(cls, pair: str, slim: str | Path | None = None, device: str | None = None,
              pairs_file: Path | None = None, mask: Sequence[bool] | None = None, compiled: bool | None = False,
-             timed: bool = True) -> Decoder:
+             timed: bool = True, draft_slim: str | Path | None = None) -> Decoder:
         """Load ``pair``'s models on ``device``; the slim verifier from a slim config (or a raw ``mask``).
+        ``draft_slim``: the ladder: the draft tier is this (more heavily skipped) slim verifier instead of the
+        pair's draft model, which then does not load; both slims share every weight with the verifier.
         ``compiled=None``: compiled on a GPU (exact: a decode longer than a sliding window runs eagerly), eager on
         the CPU. On a GPU the models load in bfloat16 unless the pair names float16 (`dimr.pairs.model_dtype`)."""
         from dimr.pairs import get_pair, load_model, load_tokenizer, pick_device
@@ -75,10 +87,14 @@ class Decoder:
 
         p = get_pair(pair, pairs_file)
         dev = pick_device(device)
-        cfg = None
+        cfg = draft_cfg = None
         if slim is not None:  # checked before any weights load
             cfg = load_slim_config(Path(slim))
             check_pair(cfg, p)
+        if draft_slim is not None:
+            draft_cfg = load_slim_config(Path(draft_slim))
+            check_pair(draft_cfg, p)
+            check_ladder(draft_cfg, cfg)
         verifier = load_model(p, "verifier", dev)
         slim_model = None
         if cfg is not None:
@@ -89,7 +105,23 @@ class Decoder:
             slim_model = slim_verifier(verifier, mask)
         if compiled is None:
             compiled = dev.type == "cuda"
-        return cls.from_models(verifier, load_model(p, "draft", dev), slim_model, load_tokenizer(p), compiled, timed)
+        draft = apply_slim_config(draft_cfg, verifier) if draft_cfg is not None else load_model(p, "draft", dev)
+        return cls.from_models(verifier, draft, slim_model, load_tokenizer(p), compiled, timed)
+
+    def ladder(self, draft_slim: str | Path) -> Decoder:
+        """This decoder's verifier and slim with the slim verifier of ``draft_slim`` as the draft tier: the
+        nested ladder, sharing every weight with the verifier (``hier`` on it is draft-slim → slim → full)."""
+        from dimr.slim import num_layers
+        from dimr.slim_config import apply_slim_config, load_slim_config
+
+        if self.slim is None:
+            raise DimrError("a draft slim is the lower rung of a ladder; pass the upper one with --slim")
+        cfg = load_slim_config(Path(draft_slim))
+        if len(cfg.kept_layers) >= num_layers(self.slim.model):
+            raise DimrError(f"the draft slim keeps {len(cfg.kept_layers)} layers, the slim "
+                            f"{num_layers(self.slim.model)}: the draft must be the more heavily skipped one")
+        return Decoder.from_models(self.full.model, apply_slim_config(cfg, self.full.model), self.slim.model,
+                                   self.tokenizer, self.full.compiled, self.full.timed)
 
     def warm_up(self, capacity: int = 240, modes: Sequence[str] = MODES) -> None:
         """Compile the forwards of the compiled tiers that ``modes`` use, for decodes of up to ``capacity``
@@ -103,7 +135,7 @@ class Decoder:
     def tiers(self) -> dict[str, Tier]:
         return {t.name: t for t in (self.draft, self.slim, self.full) if t is not None}
 
-    def measure_costs(self, lengths: Sequence[int] = COST_LENGTHS, reps: int = 3) -> Costs:
+    def measure_costs(self, lengths: Sequence[int] = COST_LENGTHS, reps: int = 5) -> Costs:
         """Time every tier on this machine (a few seconds) and keep the table for ``auto``."""
         self.costs = measure(self.tiers(), lengths, reps)
         self.chooser = None
@@ -148,7 +180,11 @@ class Decoder:
         if mode == "ar" and targets is not verify.lossless:
             raise DimrError("mode 'ar' has no draft to verify; use a relaxed rule with sd, self or via")
         if mode in LOSSLESS_ONLY and targets is not verify.lossless:
-            raise DimrError(f"mode {mode!r} is lossless only; use a relaxed rule with sd, self or via")
+            raise DimrError(f"mode {mode!r} is lossless only; use a relaxed rule with sd, self, lookup or via")
+        if mode == "lookup" and (getattr(targets, "needs_hidden", False) or getattr(targets, "needs_draft_model",
+                                                                                    False)):
+            raise DimrError("this relaxed rule reads a draft model (its hidden states or its distribution), which "
+                            "the n-gram proposer does not have; use it with --mode sd or via")
         needs_hidden = bool(getattr(targets, "needs_hidden", False))
         for tier in (self.full, self.draft, self.slim):
             if tier is not None:
@@ -160,7 +196,7 @@ class Decoder:
         if mode == "self":
             return modes.sd(ModelProposer(self.slim), self.full, prompt, config, mode="self", targets=targets)
         if mode == "lookup":
-            return modes.sd(NgramProposer(self.vocab_size), self.full, prompt, config, mode="lookup")
+            return modes.sd(NgramProposer(self.vocab_size), self.full, prompt, config, mode="lookup", targets=targets)
         if mode in ("hier", "auto"):
             escalate = self.escalate(config)
             with self.shared.recording() if escalate else nullcontext():

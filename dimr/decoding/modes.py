@@ -97,7 +97,8 @@ def sd(proposer: Proposer, full: Tier, prompt: Tensor, config: DecodeConfig, mod
     out = Output(prompt, config, DecodeStats(mode, config.gamma), [proposer.tier, full])
     generator = config.generator(prompt.device)
     while not out.done:
-        sd_block(proposer, full, out, config.gamma, generator, targets, accept)
+        for seen in sd_block(proposer, full, out, config.gamma, generator, targets, accept):
+            out.stats.observe(*seen)
     return out.result()
 
 
@@ -135,7 +136,8 @@ def hier(proposer: Proposer, slim: Tier, full: Tier, prompt: Tensor, config: Dec
     out = Output(prompt, config, DecodeStats("hier", config.gamma), [proposer.tier, slim, full])
     generator = config.generator(prompt.device)
     while not out.done:
-        hier_block(proposer, slim, full, out, config.gamma, config.window, generator, accept, escalate)
+        for seen in hier_block(proposer, slim, full, out, config.gamma, config.window, generator, accept, escalate):
+            out.stats.observe(*seen)
     return out.result()
 
 

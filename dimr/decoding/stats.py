@@ -41,6 +41,18 @@ class DecodeStats:
     cpu_seconds_tier: dict[str, float] = field(default_factory=lambda: dict.fromkeys(TIERS, 0.0))
     wall_seconds: float = 0.0
     cpu_seconds: float = 0.0
+    # "proposer>target" → [accepted, tested]: per-token acceptance of each tier pair a block saw (sd, hier)
+    tested: dict[str, list[int]] = field(default_factory=dict)
+
+    def observe(self, proposer: str, target: str, accepted: int, tested: int) -> None:
+        counts = self.tested.setdefault(f"{proposer}>{target}", [0, 0])
+        counts[0] += accepted
+        counts[1] += tested
+
+    def acceptance(self, proposer: str, target: str) -> float:
+        """Accepted / tested drafted tokens of ``proposer`` against ``target`` (NaN if none was tested)."""
+        accepted, tested = self.tested.get(f"{proposer}>{target}", (0, 0))
+        return accepted / tested if tested else float("nan")
 
     @property
     def tokens_per_second(self) -> float:
@@ -73,6 +85,9 @@ class DecodeStats:
         out.fed = {t: self.fed[t] + other.fed[t] for t in TIERS}
         out.seconds = {t: self.seconds[t] + other.seconds[t] for t in TIERS}
         out.cpu_seconds_tier = {t: self.cpu_seconds_tier[t] + other.cpu_seconds_tier[t] for t in TIERS}
+        for stats in (self, other):
+            for key, (accepted, tested) in stats.tested.items():
+                out.observe(*key.split(">"), accepted, tested)
         return out
 
     def to_dict(self) -> dict:

@@ -42,6 +42,7 @@ class Method:
     summary: str
     needs_head: bool = False
     fixed: tuple[tuple[str, object], ...] = ()  # other parameters the sweep holds fixed
+    ngram: str = ""  # why the rule cannot verify the n-gram proposer's drafts; "" = it can (one-hot p_d)
 
     def build(self, head: EnsembleHead | None = None, **params: object) -> TargetsFn:
         if self.needs_head:
@@ -60,7 +61,8 @@ METHODS: dict[str, Method] = {m.name: m for m in [
     Method("static", StaticEnsemble, "w", 1.0, (1.0, 0.8, 0.6, 0.4, 0.2, 0.0),
            "π = w·full + (1−w)·draft; acceptance 1 − w·TV"),
     Method("diversed", Diversed, "shift", math.inf, (math.inf, 0.0, -1.0, -2.0),
-           "learned w_t = head(h_draft, h_full); shift moves the head's logit", needs_head=True),
+           "learned w_t = head(h_draft, h_full); shift moves the head's logit", needs_head=True,
+           ngram="the head reads the draft model's last hidden state; the n-gram proposer has none"),
     Method("cactus", Cactus, "delta", 0.0, (0.0, 0.1, 0.5, 1.0, 3.0), "raise p_t on the drafted token, KL budget δ"),
     Method("mentored", Mentored, "budget", 0.0, (0.0, 0.05, 0.1, 0.2, 0.5),
            "mentor π closest to draft with KL(full‖π) ≈ D"),
@@ -68,7 +70,9 @@ METHODS: dict[str, Method] = {m.name: m for m in [
            "accept iff JS(draft, full) ≤ T; else sample full"),
     Method("cascade", Cascade, "alpha", -1.0, (-1.0, 0.1, 0.3, 0.6), "token-level deferral rule, lenience α"),
     Method("contrastive", Contrastive, "beta", 0.0, (0.0, 0.25, 0.5, 1.0),
-           "p_c ∝ full^(1+β)/draft^β on plausible tokens", fixed=(("alpha", 0.1),)),
+           "p_c ∝ full^(1+β)/draft^β on plausible tokens", fixed=(("alpha", 0.1),),
+           ngram="the amateur's log-probabilities are −inf off the drafted token, so the contrast "
+                 "(1+β)·log p_t − β·log p_d is +inf there: there is no amateur to contrast with"),
     Method("fly", Fly, "theta", math.inf, (math.inf, 0.6, 0.3, 0.1),
            "accept a mismatch if the target is unsure and the next W−1 drafts match"),
 ]}

@@ -1,13 +1,16 @@
-"""``dimr bench-relaxed``: every relaxed rule, its main parameter swept, on two held-out workloads.
+"""``dimr bench-relaxed``: every relaxed rule, its main parameter swept, on a pair's held-out workloads.
 
-Workloads (the pair's shipped data, ``dimr/zoo/data``): ``arithmetic`` (the verifiable task; quality = exact-match
-accuracy) and ``code`` (HumanEval prompts; quality = the full verifier's mean log-likelihood per output token at
-temperature 1, higher is better). Every run decodes the same prompts with the same seed. Per row: acceptance
-rate (accepted / tested drafted tokens), mean accepted length (per block) and its prediction
-E[Σ_k Π_{t≤k} β_t], output length, tokens/s, speed-up over ``ar`` (end-to-end time for the whole workload, so
-longer answers cost what they cost; CPU time of this process when the decoder records it, else wall time) and
-the survey's predicted S = (L̄_AR/L̄)·(l̄ + 1)/(1 + γ·c_rel) from the predicted accepted length, quality, and a
-repetition score (share of repeated 4-grams) to flag rambling.
+Workloads come from the pair's own data (:mod:`dimr.relaxed.workloads`): ``arithmetic`` and ``code`` for ``mini``,
+``instruct``, ``task`` and ``code`` for ``smollm2``. Every run decodes the same prompts with the same seeds. The
+draft tier is the pair's draft model (``drafter="model"``, mode ``sd``) or the n-gram prompt-lookup proposer
+(``"ngram"``, mode ``lookup``: a deterministic, one-hot proposal, see ``Method.ngram`` for the rules that cannot
+use it). Per row: acceptance rate (accepted / tested drafted tokens), mean accepted length (per block) and its
+prediction E[Σ_k Π_{t≤k} β_t], output length, the repeated-4-gram rate (rambling), tokens/s, speed-up over ``ar``
+(end-to-end time for the whole workload, so longer answers cost what they cost; CPU time of this process when the
+decoder records it, else wall time) with two predictions beside it: the forward-cost model's (the run's forward
+calls priced on a measured table c(tier, n), :func:`dimr.decoding.costs.predict_from_counts`) and the survey's
+S = (L̄_AR/L̄)·(l̄ + 1)/(1 + γ·c_rel); quality (exact match, or the full verifier's log-likelihood per token);
+and 95% intervals over the prompts (:mod:`dimr.relaxed.metrics`) for the per-prompt metrics and the speed-up.
 """
 
 from __future__ import annotations
@@ -22,42 +25,17 @@ from pathlib import Path
 
 import torch
 
+from dimr.decoding.costs import Costs, predict_from_counts
 from dimr.decoding.decoder import Decoder
 from dimr.decoding.sequence import DecodeConfig
 from dimr.decoding.stats import DecodeStats
 from dimr.decoding.verify import TargetsFn, lossless
 from dimr.relaxed import METHODS, EnsembleHead
+from dimr.relaxed.metrics import mean_interval, ratio_interval, repetition
 from dimr.relaxed.predict import Recorder, survey_speedup
+from dimr.relaxed.workloads import EXACT, Workload, checker
 
-WORKLOADS = ("arithmetic", "code")
-
-
-@dataclass
-class Workload:
-    name: str
-    prompts: list[str]
-    answers: list[int | None]
-    max_new_tokens: int
-
-
-def load_workload(name: str, n: int, max_new_tokens: int | None = None, data_dir: Path | None = None) -> Workload:
-    """The first ``n`` held-out prompts of ``arithmetic`` or ``code`` (generated if the data is not shipped)."""
-    from dimr.zoo import DATA_DIR, task
-
-    data_dir = data_dir or DATA_DIR
-    if name == "arithmetic":
-        path = data_dir / "heldout_task.jsonl"
-        if path.is_file():
-            rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()][:n]
-        else:  # the generator with the held-out seed of the mini recipe
-            rows = [{"prompt": p.prompt, "answer": p.answer} for p in task.generate(1235, n)]
-        return Workload(name, [r["prompt"] for r in rows], [int(r["answer"]) for r in rows], max_new_tokens or 96)
-    if name == "code":
-        path = data_dir / "humaneval_prompts.jsonl"
-        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()][:n]
-        return Workload(name, [r.get("text") or r["prompt"] for r in rows], [None] * len(rows), max_new_tokens or 64)
-    raise ValueError(f"unknown workload {name!r}; use one of {WORKLOADS}")
-
+DRAFTERS = {"model": "sd", "ngram": "lookup"}  # the draft tier → the decoding mode that runs it
 
 _STEP = re.compile(r"(\d+)([+*-])(\d+)(\+1)?=(\d+)")
 
@@ -76,12 +54,6 @@ def step_accuracy(text: str) -> float:
     return ok / len(steps) if steps else 0.0
 
 
-def repetition(tokens: Sequence[int], n: int = 4) -> float:
-    """Share of n-grams that already occurred earlier in the output (0 = none; rambling loops approach 1)."""
-    grams = [tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1)]
-    return 1 - len(set(grams)) / len(grams) if grams else 0.0
-
-
 @torch.inference_mode()
 def full_loglik(decoder: Decoder, prompt: torch.Tensor, tokens: Sequence[int]) -> tuple[float, int]:
     """Σ log p_full(y_t | ·) at temperature 1 over the output, and its length."""
@@ -93,14 +65,23 @@ def full_loglik(decoder: Decoder, prompt: torch.Tensor, tokens: Sequence[int]) -
     return float(logp[torch.arange(len(tokens)), y].sum()), len(tokens)
 
 
+Interval = tuple[float, float]
+NAN2: Interval = (math.nan, math.nan)
+
+
 @dataclass
 class Row:
+    """One (workload, drafter, γ, method, value) point. Means are over prompts; ``*_ci`` their 95% intervals;
+    ``per_prompt`` keeps the per-prompt values they come from (seconds, quality, loglik, length, rep, acc)."""
+
     workload: str
     method: str
     param: str
     value: float
     gamma: int
     mode: str
+    drafter: str = "model"
+    metric: str = "loglik"
     tokens: int = 0
     prompts: int = 0
     acceptance: float = math.nan
@@ -110,52 +91,77 @@ class Row:
     tokens_per_second: float = math.nan
     seconds: float = math.nan
     speedup: float = math.nan
-    predicted_speedup: float = math.nan
+    predicted_speedup: float = math.nan  # the survey's S
+    cost_speedup: float = math.nan  # the forward-cost model's prediction from this run's calls
     quality: float = math.nan
     steps: float = math.nan
     loglik: float = math.nan
     repetition: float = math.nan
     c_rel: float = math.nan
+    speedup_ci: Interval = NAN2
+    quality_ci: Interval = NAN2
+    loglik_ci: Interval = NAN2
+    output_length_ci: Interval = NAN2
+    repetition_ci: Interval = NAN2
+    acceptance_ci: Interval = NAN2
+    per_prompt: dict[str, list[float]] = field(default_factory=dict, repr=False)
     outputs: list[list[int]] = field(default_factory=list, repr=False)
+    stats: DecodeStats | None = field(default=None, repr=False)
 
     @property
     def label(self) -> str:
         if self.mode == "ar":
             return "ar"
-        lossless = " (lossless sd)" if self.method == "static" and self.value == 1.0 else ""
+        lossless = " (lossless)" if self.method == "static" and self.value == 1.0 else ""
         return f"{self.method} {self.param}={self.value:g}{lossless}"
+
+    @property
+    def lossless(self) -> bool:
+        return self.mode == "ar" or METHODS[self.method].off == self.value
 
 
 def _seconds(stats: DecodeStats) -> float:
     return getattr(stats, "cpu_seconds", 0.0) or stats.wall_seconds
 
 
-def run_one(decoder: Decoder, work: Workload, config: DecodeConfig, mode: str, rule: TargetsFn,
-            check: Callable[[str, int | None], float]) -> tuple[DecodeStats, Recorder | None, Row]:
-    """Decode every prompt of ``work`` with ``rule``; return summed stats, β recorder and a partial row."""
+def run_one(decoder: Decoder, work: Workload, config: DecodeConfig, mode: str, rule: TargetsFn
+            ) -> tuple[DecodeStats, Recorder | None, Row]:
+    """Decode every prompt of ``work`` with ``rule`` in ``mode``; return summed stats, β recorder and a row."""
     recorder = Recorder(rule) if mode != "ar" else None
-    total, quality, steps, loglik, tok_count, rep, outputs = None, 0.0, 0.0, 0.0, 0, 0.0, []
+    check = checker(work)
+    total, outputs = None, []
+    pp: dict[str, list[float]] = {k: [] for k in ("seconds", "quality", "loglik", "length", "rep", "acc", "steps")}
     config = replace(config, max_new_tokens=work.max_new_tokens)
     for k, (text, answer) in enumerate(zip(work.prompts, work.answers, strict=True)):
         prompt = decoder.encode(text)
         per_prompt = replace(config, seed=config.seed + k)  # one seed per prompt: independent draws across prompts
         result = decoder.run(prompt, mode, per_prompt, recorder if recorder is not None else lossless)
-        total = result.stats if total is None else total.merge(result.stats)
+        s = result.stats
+        total = s if total is None else total.merge(s)
         out_text = decoder.tokenizer.decode(result.tokens, skip_special_tokens=True)
-        quality += check(out_text, answer)
-        steps += step_accuracy(out_text)
         ll, n = full_loglik(decoder, prompt, result.tokens)
-        loglik, tok_count = loglik + ll, tok_count + n
-        rep += repetition(result.tokens)
+        tested = s.accepted + s.rejected
+        pp["seconds"].append(_seconds(s))
+        pp["quality"].append(check(out_text, answer))
+        pp["steps"].append(step_accuracy(out_text))
+        pp["loglik"].append(ll / n if n else math.nan)
+        pp["length"].append(float(len(result.tokens)))
+        pp["rep"].append(repetition(result.tokens))
+        pp["acc"].append(s.accepted / tested if tested else math.nan)
         outputs.append(result.tokens)
     k = len(work.prompts)
-    row = Row(work.name, "", "", math.nan, config.gamma, mode, tokens=total.tokens, prompts=k,
+    mean = lambda key: float(torch.tensor(pp[key], dtype=torch.float64).nanmean())  # noqa: E731
+    row = Row(work.name, "", "", math.nan, config.gamma, mode, metric=work.metric, tokens=total.tokens, prompts=k,
               output_length=total.tokens / k, tokens_per_second=total.tokens / max(_seconds(total), 1e-9),
-              seconds=_seconds(total), quality=quality / k, steps=steps / k, loglik=loglik / max(tok_count, 1),
-              repetition=rep / k, outputs=outputs)
+              seconds=_seconds(total), steps=mean("steps"), loglik=mean("loglik"), repetition=mean("rep"),
+              loglik_ci=mean_interval(pp["loglik"]), output_length_ci=mean_interval(pp["length"]),
+              repetition_ci=mean_interval(pp["rep"]), per_prompt=pp, outputs=outputs, stats=total)
+    row.quality, row.quality_ci = ((mean("quality"), mean_interval(pp["quality"])) if work.metric == "exact"
+                                   else (row.loglik, row.loglik_ci))
     if mode != "ar":
         tested = total.accepted + total.rejected
         row.acceptance = total.accepted / tested if tested else math.nan
+        row.acceptance_ci = mean_interval(pp["acc"])
         row.accepted_length = total.mean_accepted_length
         row.predicted_accepted_length = recorder.predicted_accepted_length
     return total, recorder, row
@@ -184,83 +190,122 @@ def sweep(method: str, gammas: Sequence[int], full_grid_gamma: int, points: int 
     return out
 
 
-def run_bench(decoder: Decoder, workloads: Sequence[Workload], methods: Sequence[str], config: DecodeConfig,
-              gammas: Sequence[int] = (3, 5, 8), full_grid_gamma: int = 5, head: EnsembleHead | None = None,
-              progress: Callable[[Row], None] | None = None, points: int | None = None,
-              gamma_methods: Sequence[str] | None = None) -> list[Row]:
-    """Every (workload, γ, method, value) row plus ``ar`` per workload; speed-ups relative to that ``ar``.
+def skipped(methods: Sequence[str], drafters: Sequence[str], head: EnsembleHead | None) -> list[str]:
+    """One line per (method, drafter) the bench leaves out, with the reason."""
+    notes = []
+    for method in methods:
+        m = METHODS[method]
+        if m.needs_head and head is None:
+            notes.append(f"{method}: no --head given (train one with `dimr diversed train`)")
+            continue
+        if "ngram" in drafters and m.ngram:
+            notes.append(f"{method} with the n-gram drafter: {m.ngram}")
+    return notes
 
-    ``points`` thins each grid; ``gamma_methods`` limits which methods run at the γ other than ``full_grid_gamma``.
+
+def run_bench(decoder: Decoder, workloads: Sequence[Workload], methods: Sequence[str], config: DecodeConfig,
+              gammas: Sequence[int] = (3, 5, 8), full_grid_gamma: int | None = 5, head: EnsembleHead | None = None,
+              progress: Callable[[Row], None] | None = None, points: int | None = None,
+              gamma_methods: Sequence[str] | None = None, drafters: Sequence[str] = ("model",),
+              costs: Costs | None = None) -> list[Row]:
+    """Every (workload, drafter, γ, method, value) row plus ``ar`` per workload; speed-ups relative to that ``ar``.
+
+    ``full_grid_gamma``: the γ where every grid value runs; None = the best lossless γ, chosen per workload and
+    drafter from lossless runs at every γ of ``gammas`` (the fastest measured). ``points`` thins each grid;
+    ``gamma_methods`` limits which methods run at the other γ; ``costs`` is the forward-cost table the
+    predictions price calls on (measured here if None).
     """
+    costs = costs or decoder.costs or decoder.measure_costs()
     rows: list[Row] = []
     for work in workloads:
-        check = _checker(work.name)
-        _, _, ar_row = run_one(decoder, work, config, "ar", lossless, check)
-        ar_row.method, ar_row.speedup = "ar", 1.0
+        _, _, ar_row = run_one(decoder, work, config, "ar", lossless)
+        ar_row.method, ar_row.speedup, ar_row.cost_speedup = "ar", 1.0, 1.0
+        ar_row.speedup_ci = (1.0, 1.0)
+        ar_rate = predict_from_counts(ar_row.tokens, ar_row.stats.calls, ar_row.stats.fed, costs)
         rows.append(ar_row)
         if progress:
             progress(ar_row)
-        c_rel_by_gamma: dict[int, float] = {}
-        for method in methods:
-            m = METHODS[method]
-            if m.needs_head and head is None:
-                continue
-            for gamma, value in sweep(method, gammas, full_grid_gamma, points):
-                if gamma != full_grid_gamma and gamma_methods is not None and method not in gamma_methods:
-                    continue
-                params = {**dict(m.fixed), m.param: value}
-                rule = m.build(head, **params)
-                stats, recorder, row = run_one(decoder, work, replace(config, gamma=gamma), "sd", rule, check)
-                row.method, row.param, row.value = method, m.param, value
-                if gamma not in c_rel_by_gamma:  # draft/full cost per forward, from the first sd run at γ
+        for drafter in drafters:
+            done: dict[tuple[int, str, float], Row] = {}
+            c_rel_by_gamma: dict[int, float] = {}
+
+            def point(method: str, gamma: int, value: float, drafter: str = drafter, done=done,
+                      c_rel_by_gamma=c_rel_by_gamma, ar_row: Row = ar_row, ar_rate: float = ar_rate,
+                      work: Workload = work) -> Row:
+                if (gamma, method, value) in done:
+                    return done[(gamma, method, value)]
+                m = METHODS[method]
+                rule = m.build(head, **{**dict(m.fixed), m.param: value})
+                stats, recorder, row = run_one(decoder, work, replace(config, gamma=gamma), DRAFTERS[drafter], rule)
+                row.method, row.param, row.value, row.drafter = method, m.param, value, drafter
+                if gamma not in c_rel_by_gamma:  # draft/full cost per forward, from the first run at γ
                     spent = getattr(stats, "cpu_seconds_tier", None) or stats.seconds
                     per_call = {t: spent[t] / max(stats.calls[t], 1) for t in ("draft", "full")}
                     c_rel_by_gamma[gamma] = per_call["draft"] / max(per_call["full"], 1e-12)
                 row.c_rel = c_rel_by_gamma[gamma]
                 row.speedup = ar_row.seconds / max(row.seconds, 1e-12)
+                row.speedup_ci = ratio_interval(ar_row.per_prompt["seconds"], row.per_prompt["seconds"])
                 row.predicted_speedup = survey_speedup(ar_row.output_length, row.output_length,
                                                        row.predicted_accepted_length, gamma, row.c_rel)
+                row.cost_speedup = ar_rate and predict_from_counts(row.tokens, stats.calls, stats.fed, costs) / ar_rate
+                done[(gamma, method, value)] = row
                 rows.append(row)
                 if progress:
                     progress(row)
+                return row
+
+            grid_gamma = full_grid_gamma
+            if grid_gamma is None:  # the best lossless γ: lossless sd (static w = 1) at every γ first
+                grid_gamma = max(gammas, key=lambda g: point("static", g, METHODS["static"].off).speedup)
+            for method in methods:
+                m = METHODS[method]
+                if (m.needs_head and head is None) or (drafter == "ngram" and m.ngram):
+                    continue
+                for gamma, value in sweep(method, gammas, grid_gamma, points):
+                    if gamma != grid_gamma and gamma_methods is not None and method not in gamma_methods:
+                        continue
+                    point(method, gamma, value)
     return rows
 
 
-def _checker(workload: str) -> Callable[[str, int | None], float]:
-    if workload == "arithmetic":
-        from dimr.zoo.task import is_correct
-
-        return lambda text, answer: float(is_correct(text, answer))
-    return lambda text, answer: math.nan
-
-
 def quality_of(row: Row, metric: str | None = None) -> float:
-    """A y axis of the figure: ``exact`` or ``steps`` for the task, ``loglik`` (default for code)."""
-    metric = metric or ("exact" if row.workload == "arithmetic" else "loglik")
+    """A y axis of the figure: ``exact`` or ``steps`` for the exact-match workloads, ``loglik`` (any workload)."""
+    metric = metric or row.metric
     return {"exact": row.quality, "steps": row.steps, "loglik": row.loglik}[metric]
 
 
 PANELS = (("arithmetic", "exact", "accuracy (exact match)"),
           ("arithmetic", "steps", "share of correct worked steps"),
+          ("task", "exact", "accuracy (exact match)"),
+          ("instruct", "loglik", "full-verifier log-lik / token"),
           ("code", "loglik", "full-verifier log-lik / token"))
 
 
-COLUMNS = ("workload", "γ", "method", "acc.rate", "acc.len", "pred.len", "out.len", "tok/s", "speedup",
-           "pred.S", "exact", "steps", "loglik", "rep4")
+COLUMNS = ("workload", "draft", "γ", "method", "acc.rate", "acc.len", "pred.len", "out.len", "rep4", "speedup [95%]",
+           "pred.cost", "pred.S", "quality [95%]", "loglik")
+
+
+def _f(x: float | None, p: int = 2) -> str:
+    return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{p}f}"
+
+
+def _ci(x: float, ci: Interval, p: int = 2) -> str:
+    if isinstance(x, float) and math.isnan(x):
+        return "–"
+    lo, hi = ci
+    return _f(x, p) if math.isnan(lo) or lo == hi else f"{_f(x, p)} [{_f(lo, p)}, {_f(hi, p)}]"
 
 
 def format_table(rows: Sequence[Row]) -> str:
-    """A Markdown table, one line per row."""
-    def f(x: float, p: int = 2) -> str:
-        return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{p}f}"
-
+    """A Markdown table, one line per row; quality is accuracy on exact-match workloads, else log-lik / token."""
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for r in rows:
-        q, st = (f(r.quality, 3), f(r.steps, 3)) if r.workload == "arithmetic" else ("–", "–")
+        exact = r.metric == "exact" or r.workload in EXACT
         lines.append("| " + " | ".join([
-            r.workload, str(r.gamma) if r.mode != "ar" else "–", r.label, f(r.acceptance), f(r.accepted_length),
-            f(r.predicted_accepted_length), f(r.output_length, 1), f(r.tokens_per_second, 0), f(r.speedup),
-            f(r.predicted_speedup), q, st, f(r.loglik, 3), f(r.repetition)]) + " |")
+            r.workload, "–" if r.mode == "ar" else r.drafter, str(r.gamma) if r.mode != "ar" else "–", r.label,
+            _f(r.acceptance), _f(r.accepted_length), _f(r.predicted_accepted_length), _f(r.output_length, 1),
+            _f(r.repetition), _ci(r.speedup, r.speedup_ci), _f(r.cost_speedup), _f(r.predicted_speedup),
+            _ci(r.quality, r.quality_ci, 3 if exact else 3), _f(r.loglik, 3)]) + " |")
     return "\n".join(lines)
 
 
@@ -270,41 +315,54 @@ def collapses(rows: Sequence[Row], length_factor: float = 1.3, rep_margin: float
     notes = []
     for r in rows:
         base = ar.get(r.workload)
-        if r.mode == "ar" or base is None or (r.method == "static" and r.value == 1.0):  # lossless: noise only
+        if r.mode == "ar" or base is None or r.lossless:  # lossless: noise only
             continue
         longer = r.output_length > length_factor * base.output_length
         loops = r.repetition > base.repetition + rep_margin
         if longer or loops:
-            notes.append(f"{r.workload} γ={r.gamma} {r.label}: output length {r.output_length:.1f} vs ar "
-                         f"{base.output_length:.1f}, repeated 4-grams {r.repetition:.2f} vs {base.repetition:.2f}")
+            notes.append(f"{r.workload} {r.drafter} γ={r.gamma} {r.label}: output length {r.output_length:.1f} vs "
+                         f"ar {base.output_length:.1f}, repeated 4-grams {r.repetition:.2f} vs {base.repetition:.2f}")
     return notes
 
 
 def save_json(rows: Sequence[Row], path: Path, meta: dict) -> None:
-    data = {"meta": meta, "rows": [{k: v for k, v in asdict(r).items() if k != "outputs"} for r in rows]}
+    data = {"meta": meta, "rows": [{k: v for k, v in asdict(r).items() if k not in ("outputs", "stats")}
+                                   for r in rows]}
     path.write_text(json.dumps(data, indent=1, default=lambda x: None if isinstance(x, float) else str(x)) + "\n")
 
 
 def load_rows(path: Path) -> tuple[list[Row], dict]:
     """Rows and meta written by :func:`save_json` (to merge runs made in separate processes)."""
     data = json.loads(Path(path).read_text())
-    rows = [Row(**{k: (math.nan if v is None and k not in ("method", "param", "mode", "workload") else v)
-                   for k, v in r.items()}) for r in data["rows"]]
+    rows = []
+    for r in data["rows"]:
+        r = {k: (math.nan if v is None and k not in ("method", "param", "mode", "workload") else v)
+             for k, v in r.items()}
+        r.setdefault("metric", "exact" if r["workload"] in EXACT else "loglik")  # files from before the field
+        for k, v in r.items():
+            if k.endswith("_ci"):
+                r[k] = tuple(math.nan if x is None else x for x in v)
+        rows.append(Row(**r))
     return rows, data["meta"]
 
 
-def plot(rows: Sequence[Row], path: Path, gamma: int, title: str = "") -> Path:
-    """Speed–quality plot per workload: the static ensemble as the reference line, every other rule on it."""
+def plot(rows: Sequence[Row], path: Path, gamma: int | None, title: str = "") -> Path:
+    """Speed–quality plot per workload and drafter: the static ensemble as the reference line, every other rule on
+    it, at ``gamma`` (None: the γ where the panel's grid ran, i.e. the one with the most rows)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = [p for p in PANELS if any(r.workload == p[0] for r in rows)]
-    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 5), squeeze=False)
+    drafters = [d for d in DRAFTERS if any(r.drafter == d and r.mode != "ar" for r in rows)] or ["model"]
+    panels = [(*p, d) for d in drafters for p in PANELS if any(r.workload == p[0] for r in rows)]
+    cols = max(1, len(panels) // len(drafters))
+    fig, axes = plt.subplots(len(drafters), cols, figsize=(6 * cols, 5 * len(drafters)), squeeze=False)
     markers = dict(zip(METHODS, "o*sDv^<>ph", strict=False))
-    for ax, (work, metric, ylabel) in zip(axes[0], panels, strict=True):
-        sel = [r for r in rows if r.workload == work and (r.gamma == gamma or r.mode == "ar")]
+    for ax, (work, metric, ylabel, drafter) in zip(axes.flat, panels, strict=True):
+        cand = [r.gamma for r in rows if r.workload == work and r.drafter == drafter and r.mode != "ar"]
+        g = gamma if gamma is not None else max(set(cand), key=cand.count, default=0)
+        sel = [r for r in rows if r.workload == work and ((r.gamma == g and r.drafter == drafter) or r.mode == "ar")]
         for method in METHODS:
             lossless = [r for r in sel if r.method == "static" and r.value == 1.0]
             grid = METHODS[method].grid  # connect points in order of relaxation, from lossless
@@ -327,7 +385,7 @@ def plot(rows: Sequence[Row], path: Path, gamma: int, title: str = "") -> Path:
             ax.scatter([1.0], [quality_of(ar[0], metric)], marker="x", s=80, color="grey", label="ar", zorder=5)
         ax.set_xlabel("speed-up over ar (end-to-end CPU time)")
         ax.set_ylabel(ylabel)
-        ax.set_title(f"{work}, γ={gamma}")
+        ax.set_title(f"{work}, {drafter} draft, γ={g}")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     if title:

@@ -29,6 +29,7 @@ def contrastive_logits(full_logits: Tensor, draft_logits: Tensor, beta: float, a
 class Contrastive:
     beta: float = 0.0  # contrast strength; 0 (with alpha 0) = lossless
     alpha: float = 0.0  # plausibility cut-off relative to the target's top probability
+    needs_draft_model = True  # the amateur is a model's distribution; a one-hot n-gram draft has log p_d = −inf
 
     def __call__(self, draft_probs: Tensor, full_probs: Tensor, context: Context | None = None) -> Targets:
         if self.beta == 0 and self.alpha <= 0:

@@ -203,6 +203,45 @@ def train_head(draft: PreTrainedModel, full: PreTrainedModel, prompts: Sequence[
     return head.eval(), log
 
 
+TOKEN_TYPES = ("digits", "punctuation", "words", "space", "other", "special")
+
+
+def token_type(text: str, special: bool = False) -> str:
+    """The kind of one token's text: digits, punctuation (no letter or digit), words (letters), space, other."""
+    if special:
+        return "special"
+    t = text.strip()
+    if not t:
+        return "space"
+    if t.isdigit():
+        return "digits"
+    if not any(c.isalnum() for c in t):
+        return "punctuation"
+    return "words" if t.isalpha() else "other"
+
+
+@torch.no_grad()
+def w_by_token_type(head: EnsembleHead, draft: PreTrainedModel, full: PreTrainedModel, prompts: Sequence[Tensor],
+                    outputs: Sequence[Tensor], tokenizer, sampler: Sampler) -> dict[str, dict[str, float]]:
+    """The head's w_t along each output, grouped by the type of the token y_t it weighs (:func:`token_type`):
+    count, mean and the 10/50/90% quantiles per type."""
+    special = set(getattr(tokenizer, "all_special_ids", []) or [])
+    groups: dict[str, list[float]] = {t: [] for t in TOKEN_TYPES}
+    for prompt, y in zip(prompts, outputs, strict=True):
+        if y.numel() == 0:
+            continue
+        _, _, h_d, h_f = teacher_forced(draft, full, prompt, y, sampler)
+        for tok, w in zip(y.tolist(), head(h_d, h_f).tolist(), strict=True):
+            groups[token_type(tokenizer.decode([tok]), tok in special)].append(w)
+    out = {}
+    for kind, ws in groups.items():
+        if ws:
+            q = torch.tensor(ws, dtype=torch.float64).quantile(torch.tensor([0.1, 0.5, 0.9], dtype=torch.float64))
+            out[kind] = {"n": len(ws), "mean": sum(ws) / len(ws), "q10": float(q[0]), "q50": float(q[1]),
+                         "q90": float(q[2])}
+    return out
+
+
 # ---------------------------------------------------------------------------------------------- files
 
 

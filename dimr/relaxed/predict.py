@@ -43,6 +43,10 @@ class Recorder:
     def needs_hidden(self) -> bool:
         return bool(getattr(self.rule, "needs_hidden", False))
 
+    @property
+    def needs_draft_model(self) -> bool:
+        return bool(getattr(self.rule, "needs_draft_model", False))
+
     def __call__(self, draft_probs: Tensor, full_probs: Tensor, context: Context | None = None) -> Targets:
         targets = self.rule(draft_probs, full_probs, context)
         self.betas.append(acceptance_probs(draft_probs, targets).detach().cpu())

@@ -1,0 +1,246 @@
+"""Tuned VIA-SD routing (`dimr tune-thresholds`, `decode --config`) and the nested ladder (two slims of one
+verifier as draft and middle tier, `decode --draft-slim`), through the CLI on tiny-random and mini."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from cli_runner import cli
+
+from dimr.decoding import DecodeConfig, Decoder, Thresholds
+from dimr.decoding.tuning import DecoderConfig, Point, load_decoder_config, pareto_set
+from dimr.errors import DimrError
+
+PROMPT = "def f(x):"
+
+
+def slim_file(pair, mask, path):
+    from dimr.pairs import get_pair, load_model
+    from dimr.slim_config import make_slim_config
+
+    p = get_pair(pair)
+    verifier = load_model(p, "verifier", "cpu")
+    cfg = make_slim_config(verifier, mask, pair=pair, verifier_id=p.verifier, cost="kl", metrics={"cost": 0.1},
+                           calibration="test", calibration_hash="0", study="ladder")
+    return cfg.save(path)
+
+
+@pytest.fixture(scope="module")
+def slims(tmp_path_factory):
+    """tiny-random (8 layers): a light slim (6 kept) and a heavy one (3 kept)."""
+    d = tmp_path_factory.mktemp("slims")
+    light = slim_file("tiny-random", (1, 1, 0, 1, 1, 0, 1, 1), d / "light.json")
+    heavy = slim_file("tiny-random", (1, 0, 0, 1, 0, 0, 0, 1), d / "heavy.json")
+    return light, heavy
+
+
+# --- the Pareto set -------------------------------------------------------------------------------------
+
+def test_pareto_set_equals_hand_computation():
+    points = [(1, 1), (2, 0), (0, 2), (1, 0.5), (2, 0), (0.5, 0.5), (1.5, 1)]
+    # (1, 1) is beaten by (1.5, 1); (1, 0.5) and (0.5, 0.5) by (1.5, 1) too; the two (2, 0) tie, both stay.
+    assert pareto_set(points) == [1, 2, 4, 6]
+    assert pareto_set([(3.0, -1.2, 0.5), (3.0, -1.1, 0.5), (4.0, -2.0, 0.25), (2.0, -1.1, 1.0)]) == [1, 2, 3]
+    assert pareto_set([]) == []
+    rng = np.random.default_rng(0)  # against the definition, point by point
+    values = rng.integers(0, 4, size=(40, 3)).tolist()
+    brute = [i for i, p in enumerate(values)
+             if not any(all(q[k] >= p[k] for k in range(3)) and q != p for q in values)]
+    assert pareto_set(values) == brute
+
+
+# --- tune-thresholds and decode --config -----------------------------------------------------------------
+
+def point(accept, close=2.0, regen=2.0, tps=1.0, loglik=-1.0) -> Point:
+    return Point(accept, close, regen, tps, tps, tps, loglik, 1.0, None, 0.5)
+
+
+def hand_config(light, **changes) -> DecoderConfig:
+    from dimr.slim_config import load_slim_config
+
+    slim = load_slim_config(light)
+    cfg = DecoderConfig(pair="tiny-random", slim_mask=slim.mask, slim_fingerprint=slim.fingerprint, gamma=3,
+                        temperature=0.0, max_new_tokens=8, prompts=1, speed="predicted", default=1,
+                        ar={"tokens_per_second": 1.0}, points=[point(0.0, tps=3.0), point(2.0, loglik=-0.5)])
+    return replace(cfg, **changes)
+
+
+def test_default_point_is_the_fastest_that_loses_nothing():
+    from dimr.decoding.tuning import default_point
+
+    ar = {"loglik": -0.30, "task_accuracy": 0.5, "same_as_ar": 1.0}
+    task = [Point(0.5, 0, 0.5, 9, 9, 9, -0.70, 0.0, 0.25, 0.5),  # fastest, worse task accuracy
+            Point(0.9, 0.5, 0.5, 6, 6, 6, -0.37, 0.5, 0.75, 0.8),  # better accuracy, but log-lik drops 0.07
+            Point(0.9, 0.5, 0.9, 5, 5, 4, -0.305, 1.0, 0.5, 0.9),  # within 0.01 nats, same accuracy
+            Point(2, 2, 2, 5, 5, 3, -0.30, 1.0, 0.5, 1.0)]
+    assert default_point(task, "predicted", ar) == 2 and default_point(task, "measured", ar) in (2, 3)
+    assert default_point(task[:2], "predicted", ar) == 1  # none keeps ar's quality: the best one
+
+
+def test_decode_with_the_config_uses_its_thresholds(slims, tmp_path, capsys):
+    light, _ = slims
+    path = hand_config(light).save(tmp_path / "tuned.json")
+    loaded = load_decoder_config(path)
+    assert loaded == hand_config(light, created_at=loaded.created_at)  # round trip
+    base = ["decode", "--pair", "tiny-random", "--slim", str(light), "--config", str(path), "--prompt", PROMPT,
+            "--max-new-tokens", "10", "--ignore-eos", "--json"]
+    dec = Decoder.load("tiny-random", slim=light, device="cpu")
+    calls = {}
+    for k, thresholds in ((0, Thresholds(0.0, 2.0, 2.0)), (1, Thresholds.never()), (None, Thresholds.never())):
+        code, out, err = cli(capsys, *base, *([] if k is None else ["--point", str(k)]))
+        assert code == 0, err
+        got = json.loads(out)
+        api = dec.run(dec.encode(PROMPT), "via", DecodeConfig(max_new_tokens=10, gamma=3, thresholds=thresholds))
+        assert got["tokens"] == api.tokens and got["stats"]["gamma"] == 3
+        calls[k] = got["stats"]["calls"]["full"]
+    # point 0 accepts every drafted token directly (no full forward); point 1, the default, escalates all
+    assert calls[0] == 0 < calls[1] == calls[None]
+
+
+def test_tune_thresholds_writes_the_pareto_set(slims, tmp_path, capsys):
+    light, _ = slims
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"prompt": PROMPT, "answer": 3}) + "\n" + json.dumps("import os") + "\n")
+    out_file = tmp_path / "tuned.json"
+    code, out, err = cli(capsys, "tune-thresholds", "--pair", "tiny-random", "--slim", str(light), "--prompts",
+                         str(prompts), "--accept", "0,0.5,2", "--close", "0,2", "--regen", "0.5,2",
+                         "--max-new-tokens", "8", "--gamma", "3", "--out", str(out_file), "--json")
+    assert code == 0, err
+    printed = json.loads(out)
+    swept = [Point(**p) for p in printed["points"]]
+    assert len(swept) == 12 and printed["ar"]["same_as_ar"] == 1.0
+    never = next(p for p in swept if (p.accept, p.close, p.regen) == (2, 2, 2))
+    assert never.same_as_ar == 1.0 and never.full_per_token > 0  # all escalated: lossless, equal to ar
+    direct = next(p for p in swept if (p.accept, p.close) == (0, 2) and p.regen == 2)
+    assert direct.full_per_token == 0  # accept 0: every drafted token accepted by the slim verifier
+    tuned = load_decoder_config(out_file)
+    assert all(p.task_accuracy is None for p in swept)  # one prompt has no answer: no task accuracy
+    objectives = [[p.predicted_tokens_per_second, p.loglik, p.same_as_ar] for p in swept]  # no answer on line 2
+    assert tuned.points == [swept[i] for i in pareto_set(objectives)] and tuned.gamma == 3
+    assert tuned.points[tuned.default].same_as_ar == 1.0  # ar's outputs, e.g. the all-escalating point
+    assert not [f for f in os.listdir(tmp_path) if f.endswith(".tmp")]
+
+
+def bad_files(light, tmp_path):
+    good = hand_config(light).to_dict()
+    cases = {
+        "not-json": "{",
+        "list": "[]",
+        "schema": {**good, "schema": "dimr.decoder-config/0"},
+        "missing": {k: v for k, v in good.items() if k != "points"},
+        "extra": {**good, "surprise": 1},
+        "nan-threshold": {**good, "points": [{**good["points"][0], "accept": "nan"}]},
+        "negative": {**good, "points": [{**good["points"][0], "close": -1}]},
+        "bool": {**good, "gamma": True},
+        "default": {**good, "default": 5},
+        "no-points": {**good, "points": []},
+        "point-field": {**good, "points": [{"accept": 0.5}]},
+        "pair": {**good, "pair": "mini"},
+        "slim": {**good, "slim_mask": "11111111"},
+    }
+    for name, data in cases.items():
+        path = tmp_path / f"{name}.json"
+        path.write_text(data if isinstance(data, str) else json.dumps(data))
+        yield name, path
+
+
+def test_bad_decoder_configs_are_refused(slims, tmp_path, capsys):
+    light, heavy = slims
+    good = hand_config(light).save(tmp_path / "good.json")
+    base = ["decode", "--pair", "tiny-random", "--prompt", PROMPT, "--max-new-tokens", "2"]
+    runs = [[*base, "--slim", str(light), "--config", str(path)] for _, path in bad_files(light, tmp_path)]
+    runs += [[*base, "--slim", str(light), "--config", str(good), "--point", "2"],
+             [*base, "--slim", str(light), "--config", str(good), "--point", "-1"],
+             [*base, "--slim", str(heavy), "--config", str(good)],  # tuned for another slim
+             [*base, "--config", str(good)],  # no slim
+             [*base, "--slim", str(light), "--config", str(good), "--mode", "sd"],
+             [*base, "--slim", str(light), "--point", "0"],
+             [*base, "--slim", str(light), "--config", str(tmp_path / "absent.json")],
+             [*base, "--slim", str(light), "--config", str(tmp_path)],
+             ["tune-thresholds", "--pair", "tiny-random", "--slim", str(light), "--out", str(tmp_path / "x.json")],
+             ["tune-thresholds", "--pair", "tiny-random", "--slim", str(light), "--prompts", str(good), "--accept",
+              "0.5,x", "--out", str(tmp_path / "x.json")],
+             ["tune-thresholds", "--pair", "tiny-random", "--slim", str(light), "--prompts", str(good),
+              "--out", str(tmp_path / "no" / "x.json")]]
+    for args in runs:
+        code, out, err = cli(capsys, *args)
+        assert code == 2 and err.startswith("error: ") and err.count("\n") == 1, (args, err)
+        assert "Traceback" not in out + err
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_a_failed_write_leaves_nothing(slims, tmp_path, monkeypatch):
+    light, _ = slims
+    target = tmp_path / "tuned.json"
+
+    def fail(*_):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", fail)
+    with pytest.raises(DimrError, match="No space left"):
+        hand_config(light).save(target)
+    assert list(tmp_path.iterdir()) == []
+
+
+# --- the ladder -----------------------------------------------------------------------------------------
+
+def test_ladder_shares_the_verifiers_weights(slims):
+    light, heavy = slims
+    dec = Decoder.load("tiny-random", slim=light, draft_slim=heavy, device="cpu")
+    verifier = {p.data_ptr() for p in dec.full.model.parameters()}
+    for tier in (dec.draft, dec.slim):
+        ptrs = {p.data_ptr() for p in tier.model.parameters()}
+        assert ptrs <= verifier and len(ptrs) < len(verifier)
+    assert len(dec.draft.model.model.layers) == 3 and len(dec.slim.model.model.layers) == 6
+
+
+@pytest.mark.parametrize("pair,light_mask,heavy_mask", [
+    ("tiny-random", (1, 1, 0, 1, 1, 0, 1, 1), (1, 0, 0, 1, 0, 0, 0, 1)),
+    ("mini", (1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1), (1, 0, 0, 0, 0, 0, 0, 1, 0, 0, 1, 1)),
+])
+def test_ladder_greedy_equals_ar(pair, light_mask, heavy_mask, tmp_path, capsys):
+    light = slim_file(pair, light_mask, tmp_path / "light.json")
+    heavy = slim_file(pair, heavy_mask, tmp_path / "heavy.json")
+    base = ["decode", "--pair", pair, "--prompt", PROMPT, "--max-new-tokens", "24", "--ignore-eos", "--json"]
+    code, out, err = cli(capsys, *base, "--mode", "ar")
+    assert code == 0, err
+    ar = json.loads(out)["tokens"]
+    for gamma, window in itertools.product((1, 3), (4, 8)):
+        code, out, err = cli(capsys, *base, "--mode", "hier", "--slim", str(light), "--draft-slim", str(heavy),
+                             "--gamma", str(gamma), "--window", str(window))
+        assert code == 0, err
+        got = json.loads(out)
+        assert got["tokens"] == ar, (gamma, window)
+        stats = got["stats"]
+        assert stats["calls"]["draft"] > 0 and stats["calls"]["full"] == stats["blocks"] < 24
+        assert stats["tested"]["slim>full"][0] == stats["accepted"] and stats["tested"]["draft>slim"][1] > 0
+
+
+def test_ladder_bad_input(slims, capsys):
+    light, heavy = slims
+    base = ["decode", "--pair", "tiny-random", "--prompt", PROMPT, "--mode", "hier"]
+    for args in ([*base, "--slim", str(heavy), "--draft-slim", str(light)],  # rungs swapped
+                 [*base, "--slim", str(light), "--draft-slim", str(light)],  # same rung
+                 [*base, "--mode", "sd", "--draft-slim", str(heavy)]):  # no upper rung
+        code, out, err = cli(capsys, *args)
+        assert code == 2 and err.startswith("error: ") and err.count("\n") == 1, (args, err)
+
+
+def test_bench_ladder_rows(slims):
+    from dimr.decoding.bench import run_bench
+
+    light, heavy = slims
+    dec = Decoder.load("tiny-random", slim=light, device="cpu")
+    ladder = dec.ladder(heavy)
+    assert ladder.full.model is dec.full.model and ladder.slim.model is dec.slim.model
+    report = run_bench(dec, [PROMPT], ["sd@2", "hier@2x4", "ladder@2x4"], DecodeConfig(max_new_tokens=10), hf=False,
+                       warmup=False, ladder=ladder)
+    rows = {r.mode: r for r in report.rows}
+    assert rows["ladder@2x4"].outputs == rows["ar"].outputs == rows["hier@2x4"].outputs
+    assert rows["ladder@2x4"].stats.calls["draft"] > 0 and rows["ladder@2x4"].modelled > 0
+    assert ladder.costs("draft", 1) != dec.costs("draft", 1) and ladder.costs("full", 1) == dec.costs("full", 1)
