@@ -25,9 +25,7 @@ import glob
 import hashlib
 import json
 import math
-import os
 import re
-import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -39,7 +37,7 @@ from dimr import __version__
 from dimr.errors import DimrError
 from dimr.masks import Mask, SublayerMask, mask_from_key
 from dimr.slim import num_layers, slim_verifier
-from storage import crash
+from dimr.userfiles import write_atomic
 
 SCHEMA = "dimr.slim-config/1"
 SCHEMA_SUBLAYER = "dimr.slim-config/2"  # the mask may run a layer's attention or MLP alone
@@ -125,27 +123,7 @@ class SlimConfig:
         if path.is_dir():
             raise DimrError(f"cannot write {path}: it is a directory; give a file path, e.g. {path / 'slim.json'}")
         _sweep_temp_files(path)
-        try:
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp")
-        except OSError as e:
-            raise DimrError(f"cannot write {path} ({e.strerror or e}); pick a writable folder") from None
-        try:
-            umask = os.umask(0)
-            os.umask(umask)
-            os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; an exported config is meant to be shared
-            with os.fdopen(fd, "w") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-            crash.point("export:before-rename")
-            os.replace(tmp, path)
-        except OSError as e:
-            Path(tmp).unlink(missing_ok=True)
-            raise DimrError(f"cannot write {path} ({e.strerror or e}); free space or pick another folder") from None
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        return path
+        return write_atomic(path, text, crash_at="export:before-rename")
 
 
 def _sweep_temp_files(path: Path) -> None:

@@ -26,3 +26,36 @@ def read_text(path: Path, what: str, fix: str) -> str:
     if text is None or "\0" in text:
         raise DimrError(f"{what} {path} is binary, not UTF-8 text; {fix}")
     return text
+
+
+def write_atomic(path: Path, text: str, crash_at: str | None = None) -> Path:
+    """Write ``text`` to ``path`` atomically: a temp file ``.NAME.PID.*.tmp`` in the same folder, fsynced, then
+    renamed over ``path``, so a failure leaves no partial file. The mode follows the umask (mkstemp makes 0600;
+    what dimr writes is meant to be shared). ``crash_at``: a named crash point just before the rename."""
+    import os
+    import tempfile
+
+    from storage import crash
+
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp")
+    except OSError as e:
+        raise DimrError(f"cannot write {path} ({e.strerror or e}); pick a writable folder") from None
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        if crash_at:
+            crash.point(crash_at)
+        os.replace(tmp, path)
+    except OSError as e:
+        Path(tmp).unlink(missing_ok=True)
+        raise DimrError(f"cannot write {path} ({e.strerror or e}); free space or pick another folder") from None
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path

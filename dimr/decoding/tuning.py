@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
@@ -28,6 +26,7 @@ import numpy as np
 
 from dimr import __version__
 from dimr.errors import DimrError
+from dimr.userfiles import write_atomic
 
 SCHEMA = "dimr.decoder-config/1"
 SPEEDS = ("predicted", "measured")  # which tokens/s the Pareto set is taken on
@@ -255,23 +254,7 @@ class DecoderConfig:
         text = json.dumps(_finite(self.to_dict()), indent=1, allow_nan=False) + "\n"
         if path.is_dir() or not path.parent.is_dir():
             raise DimrError(f"cannot write {path}: give a file path in an existing folder")
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)
-            os.replace(tmp, path)
-        except OSError as e:
-            Path(tmp).unlink(missing_ok=True)
-            raise DimrError(f"cannot write {path} ({e.strerror or e}); free space or pick another folder") from None
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        return path
+        return write_atomic(path, text)
 
 
 def _finite(obj):

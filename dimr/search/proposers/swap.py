@@ -31,7 +31,7 @@ from dimr.search.proposers import MaskProposer
 LAYER_PRIOR_VAR = 1.0  # prior variance of each layer's weight on log(cost)
 PAIR_PRIOR_VAR = 1.0  # prior variance of each pair's interaction weight
 NOISE_VAR = 0.01  # residual variance of log(cost) the model cannot explain
-TOP_MASKS = 3  # proposals come from the swap neighbourhoods of this many best masks
+TOP_MASKS = 1  # proposals come from the swap neighbourhoods of this many best masks
 RANDOM_CANDIDATES = 512  # when those are all taken: this many random budget masks instead
 EPS = 1e-12
 
