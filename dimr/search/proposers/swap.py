@@ -3,7 +3,7 @@
 The proposer fits a second-order model of log(cost) to the evaluated masks by Bayesian linear regression:
 one weight per skipped layer and one per pair of skipped layers (the pair terms catch that skipping a run
 of adjacent layers compounds the damage), with a Gaussian prior on every weight. It then draws one sample
-of the weights (Thompson sampling) and proposes, among the masks one *swap* away from the few best masks so
+of the weights (Thompson sampling) and proposes, among the masks one *swap* away from the best mask so
 far (one skipped layer kept, one kept layer skipped: the budget holds by construction), the untaken mask the
 sample predicts cheapest.
 
@@ -31,7 +31,8 @@ from dimr.search.proposers import MaskProposer
 LAYER_PRIOR_VAR = 1.0  # prior variance of each layer's weight on log(cost)
 PAIR_PRIOR_VAR = 1.0  # prior variance of each pair's interaction weight
 NOISE_VAR = 0.01  # residual variance of log(cost) the model cannot explain
-TOP_MASKS = 1  # proposals come from the swap neighbourhoods of this many best masks
+TOP_MASKS = 1  # proposals come from the swap neighbourhoods of this many best masks (a trust region:
+# on smollm2 at skip 8 the incumbent's alone beat the 3 best masks' by 3.5% → 0.8% at 100 evaluations)
 RANDOM_CANDIDATES = 512  # when those are all taken: this many random budget masks instead
 EPS = 1e-12
 
