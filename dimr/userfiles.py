@@ -1,5 +1,6 @@
 """Reading the text files users pass (prompts, calibration, pairs TOML, slim configs): one clear line for a
-missing file, a directory, unreadable bytes or binary content, never a traceback."""
+missing file, a directory, unreadable bytes or binary content, never a traceback; and writing the files dimr
+hands to users (slim and decoder configs) atomically."""
 
 from __future__ import annotations
 
