@@ -509,12 +509,14 @@ def task_accuracy(model, tok, problems: list[dict], batch: int = 64) -> dict:
 def skip_kl(verifier, tok, texts: list[str], seed: int) -> dict:
     """KL(full || slim) per token: every single-layer skip, and 25%-skip masks (random, greedy, last)."""
     batches = [torch.tensor([tok(t)["input_ids"][:SEQ_LEN]]) for t in texts]
-    full = [F.log_softmax(verifier(input_ids=b).logits[0].float(), -1) for b in batches]
+    # float64: the KL of nearly equal distributions is a small difference of large log-probabilities, and in
+    # float32 its rounding (~1e-6 per token) is a visible share of a 1e-4 KL
+    full = [F.log_softmax(verifier(input_ids=b).logits[0].double(), -1) for b in batches]
     n_layers = num_layers(verifier)
 
     def kl(mask: list[bool]) -> float:
         slim = slim_verifier(verifier, mask)
-        total = sum(kl_log(ref, F.log_softmax(slim(input_ids=b).logits[0].float(), -1)).sum().item()
+        total = sum(kl_log(ref, F.log_softmax(slim(input_ids=b).logits[0].double(), -1)).sum().item()
                     for b, ref in zip(batches, full, strict=True))
         return total / sum(ref.size(0) for ref in full)
 
