@@ -27,7 +27,6 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +36,7 @@ from dimr import __version__
 from dimr.errors import DimrError
 from dimr.masks import Mask, SublayerMask, mask_from_key
 from dimr.slim import num_layers, slim_verifier
-from dimr.userfiles import write_atomic
+from dimr.userfiles import utc_now, write_atomic
 
 SCHEMA = "dimr.slim-config/1"
 SCHEMA_SUBLAYER = "dimr.slim-config/2"  # the mask may run a layer's attention or MLP alone
@@ -65,10 +64,6 @@ def fingerprint(model: nn.Module) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
 @dataclass
 class SlimConfig:
     """A chosen layer mask and everything needed to apply it safely (see the module docstring)."""
@@ -89,7 +84,7 @@ class SlimConfig:
     study: str | None = None
     trial: int | None = None
     dimr_version: str = __version__
-    created_at: str = field(default_factory=_now)
+    created_at: str = field(default_factory=utc_now)
     schema: str = SCHEMA
 
     @property

@@ -60,3 +60,10 @@ def write_atomic(path: Path, text: str, crash_at: str | None = None) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def utc_now() -> str:
+    """The ``created_at`` stamp of the files dimr writes: UTC, to the second, ISO 8601."""
+    from datetime import datetime, timezone
+
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")

@@ -19,14 +19,13 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 
 from dimr import __version__
 from dimr.errors import DimrError
-from dimr.userfiles import write_atomic
+from dimr.userfiles import utc_now, write_atomic
 
 SCHEMA = "dimr.decoder-config/1"
 SPEEDS = ("predicted", "measured")  # which tokens/s the Pareto set is taken on
@@ -199,10 +198,6 @@ def sweep(decoder, prompts: Sequence[Prompt], config, settings: Sequence[tuple[f
 
 # --- the decoder config file ----------------------------------------------------------------------------
 
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
 @dataclass
 class DecoderConfig:
     """The Pareto set of a threshold sweep for ``via``, bound to a pair and a slim config."""
@@ -219,7 +214,7 @@ class DecoderConfig:
     ar: dict
     points: list[Point]
     dimr_version: str = __version__
-    created_at: str = field(default_factory=_now)
+    created_at: str = field(default_factory=utc_now)
     schema: str = SCHEMA
 
     def thresholds(self, point: int | None = None):
