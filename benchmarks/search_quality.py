@@ -31,7 +31,8 @@ Outputs (the table cache, the JSON and the plot) go to ``$DIMR_HOME/bench/search
 Strategies (an *evaluation* is one distinct mask scored; a strategy that proposes a mask again gets the
 remembered cost for free):
 
-- ``dimr``: the real `dimr.search.Search` driver with its default options, on a temporary SQLite study;
+- ``dimr``: the real `dimr.search.Search` driver with its default options, on a temporary SQLite study (its
+  single-skip profile's L evaluations count, as everything the driver scores);
 - ``random``: uniform masks under the budget, without repetition;
 - ``tpe``: dimr's budget sampler around Optuna's TPE (multivariate, constant liar), no heuristic seeds;
 - ``gp``: dimr's budget sampler around Optuna's GPSampler, no heuristic seeds;
@@ -84,6 +85,7 @@ from dimr.paths import dimr_home  # noqa: E402
 from dimr.search import heuristics  # noqa: E402
 from dimr.search.proposers import make_proposer  # noqa: E402
 from dimr.search.sampler import BudgetSampler  # noqa: E402
+from dimr.search.settings import SearchOptions  # noqa: E402
 
 CHECKPOINTS = (10, 20, 50, 100, 200)
 STRATEGIES = ("dimr", "random", "tpe", "gp", "self-sd", "swift", "skip-last", "shortgpt", "single-rank", "greedy")
@@ -356,8 +358,7 @@ def run_heuristic(oracle: Oracle, name: str, influence: list[float]) -> None:
     elif name == "shortgpt":
         oracle(heuristics.least_influential(b, influence))
     elif name == "single-rank":
-        single = [oracle(_with_skipped(b.num_layers, {i})) for i in range(b.num_layers)]
-        oracle(_with_skipped(b.num_layers, set(np.argsort(single, kind="stable")[: b.skip].tolist())))
+        oracle(heuristics.single_skip_rank(b, [oracle(m) for m in heuristics.single_skip_masks(b.num_layers)]))
     elif name == "greedy":
         skipped: set[int] = set()
         for _ in range(b.skip):
@@ -563,8 +564,11 @@ def run_budget(table: CostTable, budget: Budget, strategies: list[str], seeds: l
             opt_mask = mask_key(best)
             reference["local_search_rounds"] = rounds
         log(f"  reference: {optimum:.4g} ({reference})")
-    seed_costs = [table.costs[k] for k in (mask_key(m) for _, m in heuristics.seed_masks(budget, table.block_influence))
-                  if k in table.costs]
+    seeds = [m for _, m in heuristics.seed_masks(budget, table.block_influence)]
+    profile = [table.costs.get(mask_key(m)) for m in heuristics.single_skip_masks(budget.num_layers)]
+    if SearchOptions().profile and None not in profile:  # dimr's profile seed (after the L single skips)
+        seeds.append(heuristics.single_skip_rank(budget, profile))
+    seed_costs = [table.costs[k] for k in map(mask_key, seeds) if k in table.costs]
     runs = {n: runs[n] for n in STRATEGIES if n in runs} | runs
     summary = summarise(runs, optimum, table.mean_eval_s, limit)
     seed_best = min(seed_costs, default=None)

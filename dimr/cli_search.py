@@ -96,6 +96,9 @@ def search(
                                        help="length of the random phase after the heuristic seeds (tpe, gp: ~10)"),
     sampler: SamplerName = typer.Option(SamplerName.swap, help="after the random phase: swap (surrogate-guided "
                                         "swaps, the default), tpe, gp, or random"),
+    profile: bool = typer.Option(True, "--profile/--no-profile",
+                                 help="whole layers: score each single-layer skip once per study (L evaluations "
+                                 "beside the trials) and seed the mask of the k cheapest"),
     cost: CostName = typer.Option(CostName.kl, help="kl = KL(full‖slim); reverse-kl; js; bridge"),
     calibration: str = typer.Option(None, help="local .txt/.jsonl file or name:config:split:field[,...]"),
     num_sequences: int = typer.Option(16, min=1, help="calibration sequences"),
@@ -137,7 +140,8 @@ def search(
             result = run_search(pair, budget, granularity=granularity.value, max_cost=max_cost, costs=costs,
                                 trials=trials, storage=storage, study=study, cost=cost.value,
                                 objective=objective.value, sampler=sampler.value, startup_trials=startup_trials,
-                                seed=seed, calibration=calibration, num_sequences=num_sequences, seq_len=seq_len,
+                                profile=profile, seed=seed, calibration=calibration, num_sequences=num_sequences,
+                                seq_len=seq_len,
                                 workers=workers, ray_address=ray_address, device=device, batch_size=batch_size,
                                 gpus_per_worker=gpus_per_worker, prefix_reuse=prefix_reuse, pairs_file=pairs_file,
                                 on_result=on_result)
@@ -153,8 +157,9 @@ def search(
 
         print_json(asdict(result))
     else:
+        profiled = f" (+{result.profiled} single-skip profile evaluations)" if result.profiled else ""
         console.print(f"study {result.study}: {result.complete} complete trials, {result.evaluated} evaluated "
-                      f"now; best cost {fmt_cost(result.best_cost)} (trial {result.best_trial}, mask "
+                      f"now{profiled}; best cost {fmt_cost(result.best_cost)} (trial {result.best_trial}, mask "
                       f"{result.best_mask})", markup=False, highlight=False, soft_wrap=True)
 
 

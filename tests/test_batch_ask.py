@@ -13,10 +13,11 @@ from optuna.trial import TrialState
 from sqlalchemy import select
 
 from dimr.masks import Budget, mask_to_params, params_to_mask, random_mask
-from dimr.search import SEEDS_ATTR, Search, SearchOptions, StudySettings
+from dimr.search import SEEDS_ATTR, Search, SearchOptions, StudySettings, heuristics
 from dimr.search import driver as driver_mod
 from dimr.search.proposers.swap import SwapProposer
 from dimr.search.sampler import BudgetSampler
+from dimr.search.settings import PROFILE_ATTR
 from storage import open_storage
 from storage.ledger import MaskRow
 
@@ -100,7 +101,8 @@ def _check_study(url: str, trials: int) -> list[optuna.trial.FrozenTrial]:
 
 def test_idle_slots_share_one_fit(storage_url):
     ev = SyntheticEvaluator(slots=8)
-    search = CountingFits(open_storage(storage_url), "s", SETTINGS, SearchOptions(48, 0, "swap", 0), ev)
+    # Without the single-skip profile: every evaluation is then a trial (the profile beside batches: below).
+    search = CountingFits(open_storage(storage_url), "s", SETTINGS, SearchOptions(48, 0, "swap", 0, False), ev)
     assert search.run().complete == 48
     complete = _check_study(storage_url, 48)
     assert len(set(ev.scored)) == len(ev.scored) == 48
@@ -187,9 +189,15 @@ def test_two_batching_drivers_never_evaluate_a_mask_twice(pg_url):
         t.join(300)
     assert not errors, errors
     assert all(s.batches for s, _ in searches), [(s.batches, len(ev.scored), s.result) for s, ev in searches]
-    scored = [m for _, ev in searches for m in ev.scored]
+    # Each driver may pay for the single-skip profile once (both start before either stored it); the trials'
+    # masks are all distinct.
+    singles = set(heuristics.single_skip_masks(LAYERS))
+    for _, ev in searches:
+        assert all(ev.scored.count(m) <= 1 for m in singles)
+    scored = [m for _, ev in searches for m in ev.scored if m not in singles]
     assert len(scored) == len(set(scored)) == 80
     _check_study(pg_url, 80)
+    assert len(optuna.load_study(study_name="s", storage=open_storage(pg_url)).user_attrs[PROFILE_ATTR]) == LAYERS
 
 
 def _history(budget: Budget, n: int) -> list:

@@ -52,10 +52,13 @@ def setup(tmp_path_factory):
     return settings, spec
 
 
-def run(url, setup, study="s", trials=12, startup=4, seed=0, sampler="tpe", evaluator=None):
+def run(url, setup, study="s", trials=12, startup=4, seed=0, sampler="tpe", evaluator=None, profile=False):
+    """A search; without the single-skip profile unless asked (its own tests: test_profile.py), so that every
+    evaluation is a trial."""
     settings, spec = setup
     ev = evaluator or CountingEvaluator(spec)
-    result = Search(open_storage(url), study, settings, SearchOptions(trials, startup, sampler, seed), ev).run()
+    result = Search(open_storage(url), study, settings, SearchOptions(trials, startup, sampler, seed, profile),
+                    ev).run()
     return result, ev
 
 

@@ -22,7 +22,7 @@ from dimr.masks import (  # noqa: E402
     mask_from_key,
     mask_key,
 )
-from dimr.search import SearchOptions  # noqa: E402
+from dimr.search import SearchOptions, heuristics  # noqa: E402
 from storage import open_storage  # noqa: E402
 
 SEQS, SEQ_LEN = 2, 16
@@ -68,7 +68,10 @@ def test_every_strategy_respects_the_budget(table, name):
     assert len(masks) <= LIMIT and len(run["curve"]) == len(masks)
     answers = [m for m in masks if budget.admits(m)]
     assert answers, f"{name} never evaluated a mask on the budget"
-    if name in ("single-rank", "greedy"):  # the profile / partial sets on the way skip fewer layers
+    if name == "dimr":  # the driver's single-skip profile, once, and nothing else off the budget
+        off = [m for m in masks if not budget.admits(m)]
+        assert sorted(off) == sorted(heuristics.single_skip_masks(8))
+    elif name in ("single-rank", "greedy"):  # the profile / partial sets on the way skip fewer layers
         assert all(m.count(False) <= budget.skip for m in masks)
     else:
         assert answers == masks, f"{name} evaluated masks off the budget"

@@ -25,9 +25,11 @@ def _data(n: int, layers: int, seed: int):
     return masks, costs
 
 
-def _reference_posterior(masks, costs):
+def _reference_posterior(masks, costs, profile=None):
     x = np.array([_independent_features(m) for m in masks])
     y = np.log(np.asarray(costs) + swap.EPS)
+    if profile is not None:  # the ratio to the additive guess: the sum of the skipped layers' single-skip costs
+        y = y - np.log([sum(p for keep, p in zip(m, profile, strict=True) if not keep) + swap.EPS for m in masks])
     layers = len(masks[0])
     prior = np.array([swap.LAYER_PRIOR_VAR] * layers + [swap.PAIR_PRIOR_VAR] * (layers * (layers - 1) // 2) + [1.0])
     precision = x.T @ x / swap.NOISE_VAR + np.diag(1.0 / prior)
@@ -43,6 +45,50 @@ def test_posterior_matches_an_independent_computation():
     ref_mean, ref_cov = _reference_posterior(masks, costs)
     np.testing.assert_allclose(mean, ref_mean, rtol=1e-8, atol=1e-10)
     np.testing.assert_allclose(cov, ref_cov, rtol=1e-8, atol=1e-12)
+
+
+def test_a_profile_makes_the_model_fit_the_ratio_to_the_additive_guess():
+    masks, costs = _data(12, 6, seed=0)
+    profile = [0.3, 0.05, 1.2, 0.7, 0.01, 2.0]
+    mean, cov = swap.SwapProposer().posterior(masks, costs, profile)
+    ref_mean, ref_cov = _reference_posterior(masks, costs, profile)
+    np.testing.assert_allclose(mean, ref_mean, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(cov, ref_cov, rtol=1e-8, atol=1e-12)
+    assert not np.allclose(mean, swap.SwapProposer().posterior(masks, costs)[0])
+
+
+def test_baseline_is_the_log_of_the_summed_single_skip_costs():
+    masks = [(False, True, False), (True, True, False)]
+    np.testing.assert_allclose(swap.baseline(masks, [0.5, 1.0, 2.0]), np.log([2.5 + swap.EPS, 2.0 + swap.EPS]))
+    inf = float("inf")  # counts as 10× the largest finite single-skip cost
+    np.testing.assert_allclose(swap.baseline(masks, [inf, 1.0, 2.0]), np.log([22.0 + swap.EPS, 2.0 + swap.EPS]))
+    assert not swap.baseline(masks, None).any()
+
+
+@pytest.mark.parametrize("n", [5, 40], ids=["fewer-masks-than-features", "more-masks-than-features"])
+def test_explore_zero_is_the_posterior_mean(n):
+    masks, costs = _data(n, 4, seed=n)
+    profile = [0.2, 0.4, 0.1, 0.9]
+    mean, _ = _reference_posterior(masks, costs, profile)
+    w = swap.SwapProposer().sample_weights_batch(masks, costs, [np.random.default_rng(j) for j in range(3)], profile,
+                                                 explore=0.0)
+    np.testing.assert_allclose(w, np.stack([mean] * 3, axis=1), rtol=1e-7, atol=1e-9)
+
+
+def test_on_an_additive_landscape_the_profile_picks_the_cheapest_swap():
+    """Cost = the sum of the skipped layers' single-skip costs: from one evaluated mask, the proposal is the
+    neighbour with the smallest sum (the model has nothing to correct), not whatever the prior says."""
+    rng = np.random.default_rng(2)
+    profile = list(rng.lognormal(-2.0, 1.0, 10))
+    budget = Budget(10, 3)
+    start = random_mask(budget, rng)
+
+    def cost(m):
+        return sum(p for keep, p in zip(m, profile, strict=True) if not keep)
+
+    best = min(swap.swaps(start), key=cost)
+    got = swap.SwapProposer().propose(budget, [(start, cost(start))], lambda m: False, rng, profile=profile)
+    assert got == best
 
 
 @pytest.mark.parametrize("n", [5, 40], ids=["fewer-masks-than-features", "more-masks-than-features"])

@@ -61,7 +61,7 @@ class Search(Driver):
 def run_search(pair: str, budget: str | float | int | None = None, *, granularity: str = "layer",
                max_cost: float | str | None = None, costs: Path | None = None, trials: int = 50, storage: str = "sqlite:///dimr.db",
                study: str | None = None, cost: str = "kl", objective: str = "cost", sampler: str = "swap",
-               startup_trials: int = 0, seed: int | None = 0, calibration: str | None = None,
+               startup_trials: int = 0, seed: int | None = 0, profile: bool = True, calibration: str | None = None,
                num_sequences: int = 16, seq_len: int = 128, workers: int = 1, ray_address: str | None = None,
                device: str | None = None, batch_size: int = 4, pairs_file: Path | None = None,
                gpus_per_worker: int = 1, prefix_reuse: bool = True,
@@ -141,7 +141,7 @@ def run_search(pair: str, budget: str | float | int | None = None, *, granularit
     check_resume(stored_settings(st, name), settings, name)
     evaluator = make_evaluator(spec, workers=workers, ray_address=ray_address)
     try:
-        return Search(st, name, settings, SearchOptions(trials, startup_trials, sampler, seed), evaluator,
+        return Search(st, name, settings, SearchOptions(trials, startup_trials, sampler, seed, profile), evaluator,
                       on_result=on_result).run()
     finally:
         evaluator.close()

@@ -4,6 +4,13 @@ It asks the sampler for masks, starts their trials through the `TrialStore` (one
 params, attributes, heartbeat and the mask's claim), hands them to the `Evaluator`, and records each result
 the moment it arrives. It never imports SQLAlchemy or Ray. Study set-up and seeds: `dimr.search.study`;
 dead drivers and retries: `dimr.search.recovery`.
+
+Once every seed has started, a whole-layer study without a profile gets one (`SearchOptions.profile`): the
+driver scores the L single-layer skips on the same evaluator (not as trials: they are outside the budget, and
+no best-trial query must see them), stores their costs in the study (``dimr_profile``), and enqueues, for each
+skip count, the mask that skips the k cheapest single skips as one more seed. Drivers that start together may
+each pay for the profile; the ledger drops the duplicate seed. A driver stopped during the profile leaves no
+trace of it, and the next run starts it again.
 """
 
 from __future__ import annotations
@@ -18,11 +25,11 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from dimr.errors import DimrError
-from dimr.masks import CostBudget, Mask
-from dimr.search import pareto
+from dimr.masks import Budget, CostBudget, Mask
+from dimr.search import heuristics, pareto
 from dimr.search.recovery import recover
 from dimr.search.sampler import BudgetSampler
-from dimr.search.settings import SearchOptions, SearchResult, StudySettings
+from dimr.search.settings import PROFILE_ATTR, SearchOptions, SearchResult, StudySettings
 from storage.rdb import HEARTBEAT_S, StorageLost, fault_of, retrying
 from storage.store import TrialStore
 from storage.trials import Started
@@ -90,6 +97,9 @@ class Driver:
         self._best_cost: float | None = None
         self._failed_in_a_row = 0
         self.result = SearchResult(study.study_name, 0, 0, None, None, None)
+        sampler.profile = None if isinstance(self.budget, CostBudget) else study.user_attrs.get(PROFILE_ATTR)
+        self._profile_due = (options.profile and not isinstance(self.budget, CostBudget)
+                             and max(settings.skips) >= 2 and sampler.profile is None)
 
     def _is_taken(self, mask: Mask) -> bool:
         key = self.budget.key(mask)
@@ -239,6 +249,9 @@ class Driver:
                 # then starts its next mask at once instead of waiting for this loop.
                 cap = self.evaluator.slots + getattr(self.evaluator, "ahead", 0)
                 while len(self._inflight) < cap and held < target:
+                    if self._profile_due and held >= self.sampler.first_search_trial:
+                        self._profile(cap)  # its seeds are enqueued: the next asks take them
+                        continue
                     held = retrying(self._ask, min(cap - len(self._inflight), target - held, BATCH_MAX))
                 if not self._inflight:
                     if complete >= target:
@@ -254,6 +267,53 @@ class Driver:
         finally:
             stop.set()
             self._hand_back()
+
+    def _profile(self, cap: int) -> None:
+        """Score every single-layer skip beside the trials in flight (``cap`` evaluations at a time), then store
+        the profile and enqueue its seeds (see the module docstring)."""
+        n = self.settings.num_layers
+        masks = heuristics.single_skip_masks(n)
+        todo, running, costs = list(range(n)), set(), {}
+        while len(costs) < n:
+            if self.evaluator.slots < 1:
+                raise DimrError("every evaluation worker is gone; check the workers' logs and run again")
+            while todo and len(self._inflight) + len(running) < cap:
+                i = todo.pop(0)
+                running.add(i)
+                self.evaluator.submit(-1 - i, self.budget.routed(masks[i]))  # trial tickets are >= 0
+            for ticket, outcome in self.evaluator.wait(timeout=HEARTBEAT_S):
+                if ticket >= 0:
+                    if ticket in self._inflight:
+                        retrying(self._tell, ticket, outcome)
+                    continue
+                i = -1 - ticket
+                if i not in running:  # an interrupted earlier run's, in a reused pool
+                    continue
+                running.discard(i)
+                if isinstance(outcome, BaseException):
+                    self._failed_in_a_row += 1
+                    stop = stop_for(outcome, self._failed_in_a_row)
+                    if stop is not None:
+                        raise stop
+                    todo.append(i)
+                    continue
+                self._failed_in_a_row = 0
+                costs[i] = outcome.cost if math.isfinite(outcome.cost) else math.inf
+                self.result.profiled += 1
+            if time.monotonic() >= self._next_check:
+                retrying(self._check)
+        profile = [costs[i] for i in range(n)]
+
+        def publish() -> None:
+            for k in sorted(set(self.settings.skips) - {1}):
+                mask = heuristics.single_skip_rank(Budget(n, k), profile)
+                if not self.store.is_taken(self.budget.key(mask)):
+                    self.study.enqueue_trial(self.budget.to_params(mask),
+                                             user_attrs={"phase": "seed", "heuristic": "single-skip-rank"})
+            self.study.set_user_attr(PROFILE_ATTR, profile)
+
+        retrying(publish)
+        self.sampler.profile, self._profile_due = profile, False
 
     def _hand_back(self) -> None:
         """Interrupted: FAIL the trials in flight and release their masks for the next run. With the database

@@ -42,6 +42,23 @@ def least_influential_window(budget: Budget, influence: list[float]) -> Mask:
     return tuple(not start <= i < start + k for i in range(n))
 
 
+def single_skip_masks(num_layers: int) -> list[Mask]:
+    """The profile's masks: each skips one layer (mask i skips layer i)."""
+    return [tuple(j != i for j in range(num_layers)) for i in range(num_layers)]
+
+
+def single_skip_rank(budget: Budget, profile: list[float]) -> Mask:
+    """Skip the k layers whose single skips cost least (``profile[i]``: the cost of skipping layer i alone).
+
+    Unlike block influence this is measured with the search's own cost, and on pretrained verifiers the cost
+    of a k-layer skip is close to the sum of its layers' single-skip costs (on smollm2 at skip 8, 1.14 against
+    the sum 1.23), so the k cheapest single skips make a strong seed (docs/search.md). The profile costs L
+    evaluations (`dimr.search.driver`)."""
+    order = sorted(range(budget.num_layers), key=lambda i: (profile[i], i))
+    skipped = set(order[: budget.skip])
+    return tuple(i not in skipped for i in range(budget.num_layers))
+
+
 def seed_masks(budget: Budget, influence: list[float]) -> list[tuple[str, Mask]]:
     """The heuristic seeds, named, without duplicates."""
     out: list[tuple[str, Mask]] = []

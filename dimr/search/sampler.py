@@ -14,7 +14,8 @@ Either way, a mask already complete or in flight is replaced by a budget-preserv
 study never spends an evaluation twice. Every trial's params *are* its mask, so the Bayesian model
 learns from exactly what was evaluated.
 
-The driver's contract with the sampler: it sets ``first_search_trial`` (the study's seed count),
+The driver's contract with the sampler: it sets ``first_search_trial`` (the study's seed count), ``profile``
+(the study's single-skip profile, once known),
 ``is_taken`` (the ledger's answer) and, around one ask, ``system_attrs`` (where a wrapped Optuna sampler's
 system-attribute writes go, to be written with the trial); it asks `phase` and `batches` of a trial number,
 and draws with `propose` (one trial, or a batch from one fit).
@@ -50,6 +51,7 @@ class BudgetSampler(BaseSampler):
         self.is_taken = is_taken
         self.system_attrs: dict | None = None
         self._masks: dict[int, Mask] = {}  # trial number -> mask (params, once written, never change)
+        self.profile: list[float] | None = None  # the study's single-skip profile (the driver sets it)
 
     def _rng(self, trial: FrozenTrial) -> np.random.Generator:
         return np.random.default_rng([self.seed if self.seed is not None else 0, trial.number])
@@ -74,7 +76,7 @@ class BudgetSampler(BaseSampler):
     def _context(self, study) -> ProposalContext:
         return ProposalContext(study=study, num_layers=self.budget.num_layers, is_taken=self.is_taken,
                                evaluated=lambda: self._evaluated(study), held=lambda: self._held(study),
-                               system_attrs=self.system_attrs)
+                               system_attrs=self.system_attrs, profile=self.profile)
 
     # -- Optuna's sampler interface (what `Study.ask` would call) --------------------------------------
     def infer_relative_search_space(self, study, trial):

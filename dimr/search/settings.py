@@ -13,6 +13,7 @@ from dimr.masks import Budget, CostBudget
 
 SETTINGS_ATTR = "dimr_settings"
 SEEDS_ATTR = "dimr_seeds"
+PROFILE_ATTR = "dimr_profile"  # the single-skip profile: cost of skipping layer i alone, per layer
 OBJECTIVES = ("cost", "pareto")
 INFO_KEYS = frozenset({"commit"})  # settings recorded but not compared on resume
 # Settings added with sublayer studies: a study stored without them is a whole-layer study, and compares so.
@@ -94,6 +95,7 @@ class SearchOptions:
     startup_trials: int = 0  # the swap proposer needs no random phase (docs/search.md); tpe/gp want ~10
     sampler: str = "swap"
     seed: int | None = 0
+    profile: bool = True  # score each single-layer skip once per study, then seed the k cheapest (whole layers)
 
 
 @dataclass
@@ -106,6 +108,7 @@ class SearchResult:
     best_trial: int | None
     pruned_duplicates: int = 0
     retried: list[int] = field(default_factory=list)
+    profiled: int = 0  # single-skip evaluations of the profile this run paid for (not trials)
 
 
 def check_mask_space(budget: Budget | CostBudget, objective: str, trials: int) -> None:
