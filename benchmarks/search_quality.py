@@ -492,7 +492,21 @@ def markdown(result: dict) -> str:
         g = b["goal"]
         lines.append(f"\nGoal: within 1% in ≤ 10% of C: **{'yes' if g['within_1pct_in_10pct'] else 'no'}**; "
                      f"never behind another strategy: **{'yes' if g['never_behind'] else 'no'}**"
-                     + (f" (behind: {', '.join(g['behind'])})" if g["behind"] else ""))
+                     + (f" (behind: {', '.join(g['behind'])})" if g["behind"] else "")
+                     + f"; within 1% in ≤ 100: **{'yes' if g.get('within_1pct_in_100') else 'no'}**"
+                     + ("" if g.get("gap_closed_at_50") is None else
+                        f"; gap between the best seed and the reference closed by 50: {g['gap_closed_at_50']:.0%}"))
+    for sens in result.get("sensitivity", []):
+        labels = list(sens["rows"][0]["costs"])
+        lines.append(f"\nCalibration sensitivity, skip {sens['skip']} (benchmark: {result['num_sequences']}×"
+                     f"{result['seq_len']} tokens):\n")
+        lines.append("| mask | " + " | ".join(labels) + " |")
+        lines.append("|" + "---|" * (len(labels) + 1))
+        for row in sens["rows"]:
+            ranks = [1 + sorted(r["costs"][lab] for r in sens["rows"]).index(row["costs"][lab]) for lab in labels]
+            lines.append(f"| {row['name']} `{row['mask']}` | "
+                         + " | ".join(f"{row['costs'][lab]:.4g} (#{k})" for lab, k in zip(labels, ranks, strict=True))
+                         + " |")
     return "\n".join(lines)
 
 
@@ -600,6 +614,9 @@ def main(argv: list[str] | None = None) -> dict:
                     help="long runs for the reference of budgets too large to enumerate (0: none)")
     ap.add_argument("--no-local-search", action="store_true", help="no swap descent from the reference")
     ap.add_argument("--rank-check", type=int, default=0, help="masks scored on a larger calibration too (Spearman)")
+    ap.add_argument("--sensitivity", default="",
+                    help="calibrations (SEQUENCESxLENGTH, comma-separated, e.g. 8x128,16x128) on which to score the "
+                    "seeds and the reference mask too")
     ap.add_argument("--rank-num-sequences", type=int, default=32)
     ap.add_argument("--rank-seq-len", type=int, default=128)
     ap.add_argument("--pairs-file", type=Path, default=None, help="TOML file with extra pairs")
@@ -643,7 +660,36 @@ def main(argv: list[str] | None = None) -> dict:
                                 for k in args.skips.split(",")]
         save_table(args.cache, large)
         print("rank check:", result["rank_check"])
+    if args.sensitivity:
+        larger = {}
+        for label in args.sensitivity.split(","):
+            n, length = (int(x) for x in label.split("x"))
+            larger[label] = open_table(args.pair, n, length, args.cost, args.cache, pairs_file=args.pairs_file)
+        try:
+            result["sensitivity"] = [calibration_sensitivity(table, larger, b) for b in result["budgets"]]
+        finally:
+            for t in larger.values():
+                save_table(args.cache, t)
     return write_result(result, args.out, args.plot)
+
+
+def calibration_sensitivity(small: CostTable, larger: dict[str, CostTable], budget_result: dict) -> dict:
+    """The heuristic seeds' and the reference mask's costs on the benchmark's calibration and on each of
+    ``larger`` (label -> table): whether a larger calibration would have ranked them, and picked the best, alike."""
+    budget = Budget(small.num_layers, budget_result["skip"])
+    named = [(n, m) for n, m in heuristics.seed_masks(budget, small.block_influence)]
+    profile = [small.costs.get(mask_key(m)) for m in heuristics.single_skip_masks(budget.num_layers)]
+    if None not in profile:
+        named.append(("single-skip-rank", heuristics.single_skip_rank(budget, profile)))
+    named.append(("reference", mask_from_key(budget_result["optimum_mask"])))
+    names: dict[Mask, list[str]] = {}  # one row per mask, named by every heuristic that proposes it
+    for n, m in named:
+        names.setdefault(m, []).append(n)
+    tables = {"benchmark": small, **larger}
+    rows = [{"name": " = ".join(ns), "mask": mask_key(m), "costs": {label: t.cost(m) for label, t in tables.items()}}
+            for m, ns in names.items()]
+    best = {label: min(rows, key=lambda r: r["costs"][label])["name"] for label in tables}
+    return {"skip": budget.skip, "rows": rows, "best": best}
 
 
 def rank_check(small: CostTable, large: CostTable, budget: Budget, n: int, seed: int = 0) -> dict:

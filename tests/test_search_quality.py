@@ -241,3 +241,34 @@ def test_outputs_default_outside_the_repository(monkeypatch, tmp_path):
     args = seen["args"]
     for path in (args.cache, args.out, args.plot):
         assert tmp_path in path.parents and Path(sq.__file__).resolve().parents[1] not in path.parents
+
+
+def test_calibration_sensitivity_scores_the_seeds_and_the_reference_on_each_calibration(tmp_path, tiny_pair):
+    """Every row is the mask's cost on that calibration, as an independent scorer computes it; the best mask per
+    calibration is the row with the lowest cost; the markdown shows each row with its rank."""
+    from dimr.calibration import load_calibration
+    from dimr.pairs import load_tokenizer
+    from workers import EvalSpec
+    from workers.local import MaskScorer
+
+    small = sq.open_table("tiny-random", SEQS, SEQ_LEN, "kl", tmp_path / "t.json")
+    large = sq.open_table("tiny-random", 4, 32, "kl", tmp_path / "t.json")
+    budget = Budget(8, 3)
+    for m in heuristics.single_skip_masks(8):  # the profile, so the single-skip-rank seed is a row
+        small.cost(m)
+    b = sq.run_budget(small, budget, ["dimr"], seeds=[0], limit=20, enumerate_limit=100, log=lambda _: None)
+    sens = sq.calibration_sensitivity(small, {"4x32": large}, b)
+    names = [n for r in sens["rows"] for n in r["name"].split(" = ")]
+    assert sorted(names) == sorted([n for n, _ in heuristics.seed_masks(budget, small.block_influence)]
+                                   + ["single-skip-rank", "reference"])
+    assert len({r["mask"] for r in sens["rows"]}) == len(sens["rows"])
+    calib = load_calibration(tiny_pair.calibration, load_tokenizer(tiny_pair), 4, 32)
+    scorer = MaskScorer(EvalSpec(pair=tiny_pair, input_ids=calib.input_ids, cost="kl", device="cpu"))
+    for r in sens["rows"]:
+        assert r["costs"]["4x32"] == pytest.approx(scorer.score(mask_from_key(r["mask"])).cost, rel=1e-6)
+        assert r["costs"]["benchmark"] == small.costs[r["mask"]]
+    for label in ("benchmark", "4x32"):
+        assert sens["best"][label] == min(sens["rows"], key=lambda r: r["costs"][label])["name"]
+    text = sq.markdown({"num_layers": 8, "limit": 20, "num_sequences": SEQS, "seq_len": SEQ_LEN,
+                        "budgets": [b], "sensitivity": [sens]})
+    assert "Calibration sensitivity, skip 3" in text and "(#1)" in text
