@@ -97,8 +97,8 @@ def search(
     sampler: SamplerName = typer.Option(SamplerName.swap, help="after the random phase: swap (surrogate-guided "
                                         "swaps, the default), tpe, gp, or random"),
     profile: bool = typer.Option(True, "--profile/--no-profile",
-                                 help="whole layers: score each single-layer skip once per study (L evaluations "
-                                 "beside the trials) and seed the mask of the k cheapest"),
+                                 help="score each single-layer (sublayer: attention, MLP) skip once per study, "
+                                 "beside the trials: a seed and the swap model's baseline"),
     cost: CostName = typer.Option(CostName.kl, help="kl = KL(full‖slim); reverse-kl; js; bridge"),
     calibration: str = typer.Option(None, help="local .txt/.jsonl file or name:config:split:field[,...]"),
     num_sequences: int = typer.Option(16, min=1, help="calibration sequences"),

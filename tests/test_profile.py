@@ -8,7 +8,7 @@ import pytest
 from optuna.trial import TrialState
 
 from dimr.calibration import load_calibration
-from dimr.masks import Budget, mask_key
+from dimr.masks import Budget, CostBudget, mask_key
 from dimr.pairs import get_pair, load_tokenizer
 from dimr.search import Search, SearchOptions, StudySettings, heuristics
 from dimr.search.settings import PROFILE_ATTR
@@ -53,6 +53,14 @@ def test_single_skip_rank_skips_the_k_cheapest_single_skips():
     assert heuristics.single_skip_rank(Budget(6, 3), profile) == (True, False, True, False, False, True)
     assert heuristics.single_skip_rank(Budget(6, 1), profile) == (True, False, True, True, True, True)  # tie: lower
     assert heuristics.single_skip_masks(3) == [(False, True, True), (True, False, True), (True, True, False)]
+
+
+def test_under_a_cost_budget_the_seed_skips_the_cheapest_per_cost_saved_until_it_fits():
+    budget = CostBudget(2, 0.6, (0.2, 0.3, 0.1, 0.3), 0.1)  # attn0, mlp0, attn1, mlp1; full = 1.0
+    profile = [0.4, 0.3, 0.05, 0.9]  # per cost saved: 2.0, 1.0, 0.5, 3.0
+    # skip attn1 (cost 0.9), then mlp0 (0.6): fits; attn0 and mlp1 run
+    assert heuristics.profile_seed(budget, profile) == (True, False, False, True)
+    assert heuristics.profile_seed(Budget(4, 2), profile) == heuristics.single_skip_rank(Budget(4, 2), profile)
 
 
 def test_profile_is_the_single_skip_costs_and_seeds_their_k_cheapest(tmp_path, setup):

@@ -19,6 +19,8 @@ from dimr.decoding.costs import Costs
 from dimr.masks import CostBudget, SublayerMask, sublayer_to_bits
 from dimr.pairs import get_pair, load_model, verifier_config
 from dimr.search.budget import flops_budget, measured_budget
+from dimr.search.heuristics import profile_seed
+from dimr.search.settings import PROFILE_ATTR
 from dimr.slim_config import SCHEMA_SUBLAYER, apply_slim_config, load_slim_config
 from storage import open_storage
 
@@ -136,6 +138,10 @@ def test_sublayer_study_end_to_end(capsys, sublayer_study):
         assert budget.admits(budget.from_key(key))
     heuristics = {t.user_attrs.get("heuristic") for t in trials if t.user_attrs["phase"] == "seed"}
     assert "sublayer-influence" in heuristics and any(h.startswith("layer:") for h in heuristics)
+    # the single-skip profile: one cost per attention and MLP, and its seed among the trials
+    profile = study.user_attrs[PROFILE_ATTR]
+    assert len(profile) == 16 and result["profiled"] == 16
+    assert budget.key(profile_seed(budget, profile)) in keys
     assert any(set(k) & {"a", "m"} for k in keys)
 
     # export: the best trial's sublayer mask, checked strictly on load
@@ -169,6 +175,7 @@ def test_sublayer_study_end_to_end(capsys, sublayer_study):
     code, out, err = cli(capsys, "search", "--pair", "tiny-random", "--granularity", "sublayer", "--max-cost",
                          str(MAX_COST), "--trials", "12", *SMALL, "--storage", url, "--study", "sub", "--json")
     assert code == 0 and json.loads(out)["complete"] == 12 and json.loads(out)["evaluated"] == 2, err
+    assert json.loads(out)["profiled"] == 0  # the study keeps its profile
     study = optuna.load_study(study_name="sub", storage=open_storage(url))
     keys = [t.user_attrs["mask"] for t in study.get_trials(states=(TrialState.COMPLETE,))]
     assert len(set(keys)) == 12

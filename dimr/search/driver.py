@@ -5,10 +5,11 @@ params, attributes, heartbeat and the mask's claim), hands them to the `Evaluato
 the moment it arrives. It never imports SQLAlchemy or Ray. Study set-up and seeds: `dimr.search.study`;
 dead drivers and retries: `dimr.search.recovery`.
 
-Once every seed has started, a whole-layer study without a profile gets one (`SearchOptions.profile`): the
-driver scores the L single-layer skips on the same evaluator (not as trials: they are outside the budget, and
-no best-trial query must see them), stores their costs in the study (``dimr_profile``), and enqueues, for each
-skip count, the mask that skips the k cheapest single skips as one more seed. Drivers that start together may
+Once every seed has started, a study without a profile gets one (`SearchOptions.profile`): the driver scores
+each single-bit skip (the L layers; in a sublayer search the 2L attentions and MLPs) on the same evaluator
+(not as trials: they are outside the budget, and no best-trial query must see them), stores their costs in the
+study (``dimr_profile``), and enqueues the profile's seed (`heuristics.profile_seed`; per skip count in a Pareto
+study). Drivers that start together may
 each pay for the profile; the ledger drops the duplicate seed. A driver stopped during the profile leaves no
 trace of it, and the next run starts it again.
 """
@@ -97,9 +98,9 @@ class Driver:
         self._best_cost: float | None = None
         self._failed_in_a_row = 0
         self.result = SearchResult(study.study_name, 0, 0, None, None, None)
-        sampler.profile = None if isinstance(self.budget, CostBudget) else study.user_attrs.get(PROFILE_ATTR)
-        self._profile_due = (options.profile and not isinstance(self.budget, CostBudget)
-                             and max(settings.skips) >= 2 and sampler.profile is None)
+        sampler.profile = study.user_attrs.get(PROFILE_ATTR)
+        self._profile_due = options.profile and sampler.profile is None and (
+            isinstance(self.budget, CostBudget) or max(settings.skips) >= 2)
 
     def _is_taken(self, mask: Mask) -> bool:
         key = self.budget.key(mask)
@@ -271,7 +272,7 @@ class Driver:
     def _profile(self, cap: int) -> None:
         """Score every single-layer skip beside the trials in flight (``cap`` evaluations at a time), then store
         the profile and enqueue its seeds (see the module docstring)."""
-        n = self.settings.num_layers
+        n = self.budget.bits
         masks = heuristics.single_skip_masks(n)
         todo, running, costs = list(range(n)), set(), {}
         while len(costs) < n:
@@ -305,8 +306,10 @@ class Driver:
         profile = [costs[i] for i in range(n)]
 
         def publish() -> None:
-            for k in sorted(set(self.settings.skips) - {1}):
-                mask = heuristics.single_skip_rank(Budget(n, k), profile)
+            budgets = ([self.budget] if isinstance(self.budget, CostBudget)
+                       else [Budget(n, k) for k in sorted(set(self.settings.skips) - {1})])
+            for budget in budgets:
+                mask = heuristics.profile_seed(budget, profile)
                 if not self.store.is_taken(self.budget.key(mask)):
                     self.study.enqueue_trial(self.budget.to_params(mask),
                                              user_attrs={"phase": "seed", "heuristic": "single-skip-rank"})

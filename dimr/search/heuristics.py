@@ -42,9 +42,18 @@ def least_influential_window(budget: Budget, influence: list[float]) -> Mask:
     return tuple(not start <= i < start + k for i in range(n))
 
 
-def single_skip_masks(num_layers: int) -> list[Mask]:
-    """The profile's masks: each skips one layer (mask i skips layer i)."""
-    return [tuple(j != i for j in range(num_layers)) for i in range(num_layers)]
+def single_skip_masks(bits: int) -> list[Mask]:
+    """The profile's masks: each skips one bit (mask i skips layer i; in a sublayer search, attention or MLP i)."""
+    return [tuple(j != i for j in range(bits)) for i in range(bits)]
+
+
+def profile_seed(budget: Budget | CostBudget, profile: list[float]) -> Mask:
+    """The profile's seed: `single_skip_rank`, or under a cost budget the bits skipped in order of single-skip
+    cost per unit of cost saved until the mask fits (the greedy answer to that knapsack)."""
+    if isinstance(budget, CostBudget):
+        return budget.fill([True] * budget.bits, sorted(
+            range(budget.bits), key=lambda b: (profile[b] / max(budget.weights[b], 1e-12), b)))
+    return single_skip_rank(budget, profile)
 
 
 def single_skip_rank(budget: Budget, profile: list[float]) -> Mask:

@@ -13,7 +13,7 @@ from dimr.masks import Budget, CostBudget
 
 SETTINGS_ATTR = "dimr_settings"
 SEEDS_ATTR = "dimr_seeds"
-PROFILE_ATTR = "dimr_profile"  # the single-skip profile: cost of skipping layer i alone, per layer
+PROFILE_ATTR = "dimr_profile"  # the single-skip profile: the cost of skipping bit i (a layer, or a sublayer) alone
 OBJECTIVES = ("cost", "pareto")
 INFO_KEYS = frozenset({"commit"})  # settings recorded but not compared on resume
 # Settings added with sublayer studies: a study stored without them is a whole-layer study, and compares so.
@@ -95,7 +95,7 @@ class SearchOptions:
     startup_trials: int = 0  # the swap proposer needs no random phase (docs/search.md); tpe/gp want ~10
     sampler: str = "swap"
     seed: int | None = 0
-    profile: bool = True  # score each single-layer skip once per study, then seed the k cheapest (whole layers)
+    profile: bool = True  # score each single-layer (or sublayer) skip once per study: a seed and the model's baseline
 
 
 @dataclass
