@@ -184,6 +184,22 @@ def test_kill_at_each_setup_point_then_resume(url, point):
     assert seeds and all(t.state == TrialState.COMPLETE for t in seeds)
 
 
+def test_kill_before_the_profile_is_stored_then_resume(url):
+    """Killed after scoring the single-skip profile, before storing it: the study has no profile (its trials are
+    intact), and the next run scores it again and stores it."""
+    killed = drive(url, 12, env={"DIMR_CRASH_AT": "profile:before-publish"})
+    assert killed.returncode == -signal.SIGKILL
+    (study_id,) = sql(url, "SELECT study_id FROM studies")[0]
+    keys = {k for (k,) in sql(url, f"SELECT key FROM study_user_attributes WHERE study_id = {study_id}")}
+    assert "dimr_seeds" in keys and "dimr_profile" not in keys
+    resumed = drive(url, 12)
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads(resumed.stdout)["profiled"] == 8
+    check_finished(url, 12)
+    (profile,) = sql(url, "SELECT value_json FROM study_user_attributes WHERE key = 'dimr_profile'")[0]
+    assert len(json.loads(profile)) == 8
+
+
 @pytest.mark.parametrize("seed", [1, 2])
 def test_random_kills_lose_nothing(url, seed):
     rng, before, kills = random.Random(seed), {}, 0

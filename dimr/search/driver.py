@@ -31,6 +31,7 @@ from dimr.search import heuristics, pareto
 from dimr.search.recovery import recover
 from dimr.search.sampler import BudgetSampler
 from dimr.search.settings import PROFILE_ATTR, SearchOptions, SearchResult, StudySettings
+from storage import crash
 from storage.rdb import HEARTBEAT_S, StorageLost, fault_of, retrying
 from storage.store import TrialStore
 from storage.trials import Started
@@ -304,6 +305,7 @@ class Driver:
             if time.monotonic() >= self._next_check:
                 retrying(self._check)
         profile = [costs[i] for i in range(n)]
+        crash.point("profile:before-publish")
 
         def publish() -> None:
             budgets = ([self.budget] if isinstance(self.budget, CostBudget)
