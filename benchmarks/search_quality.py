@@ -721,9 +721,12 @@ def combine(results: list[dict]) -> dict:
             runs = {**budgets.get(b["skip"], {}).get("runs", {}), **b["runs"]}
             runs = {n: runs[n] for n in STRATEGIES if n in runs} | runs
             summary = summarise(runs, b["optimum"], r["mean_eval_s"], r["limit"])
-            budgets[b["skip"]] = {**b, "runs": runs, "summary": summary, "goal": goal_check(summary, b["masks"]),
+            goal = goal_check(summary, b["masks"], b["optimum"], b.get("seed_best"))
+            budgets[b["skip"]] = {**b, "runs": runs, "summary": summary, "goal": goal,
                                   "curves": {n: [x["curve"] for x in rs] for n, rs in runs.items()}}
+    sensitivity = {x["skip"]: x for r in results for x in r.get("sensitivity", [])}
     return {**first, "gp_limit": max(r["gp_limit"] for r in results),
+            "sensitivity": [sensitivity[k] for k in sorted(sensitivity)],
             "mean_eval_s": statistics.fmean(r["mean_eval_s"] for r in results),
             "budgets": [budgets[k] for k in sorted(budgets)]}
 

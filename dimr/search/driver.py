@@ -9,9 +9,8 @@ Once every seed has started, a study without a profile gets one (`SearchOptions.
 each single-bit skip (the L layers; in a sublayer search the 2L attentions and MLPs) on the same evaluator
 (not as trials: they are outside the budget, and no best-trial query must see them), stores their costs in the
 study (``dimr_profile``), and enqueues the profile's seed (`heuristics.profile_seed`; per skip count in a Pareto
-study). Drivers that start together may
-each pay for the profile; the ledger drops the duplicate seed. A driver stopped during the profile leaves no
-trace of it, and the next run starts it again.
+study). Drivers that start together may each pay for the profile; the ledger drops the duplicate seed. A
+driver stopped during the profile leaves no trace of it, and the next run starts it again.
 """
 
 from __future__ import annotations
@@ -271,7 +270,7 @@ class Driver:
             self._hand_back()
 
     def _profile(self, cap: int) -> None:
-        """Score every single-layer skip beside the trials in flight (``cap`` evaluations at a time), then store
+        """Score every single-bit skip beside the trials in flight (``cap`` evaluations at a time), then store
         the profile and enqueue its seeds (see the module docstring)."""
         n = self.budget.bits
         masks = heuristics.single_skip_masks(n)
