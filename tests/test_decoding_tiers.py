@@ -16,9 +16,10 @@ from dimr.decoding.decoder import Decoder
 from dimr.decoding.proposer import ModelProposer, NgramProposer, lookup
 from dimr.decoding.sampling import Sampler
 from dimr.decoding.sequence import Output
-from dimr.decoding.shared import SharedPrefix
+from dimr.decoding.shared import SharedPrefix, first_skipped_of
 from dimr.decoding.stats import DecodeStats
 from dimr.decoding.tiers import Tier
+from dimr.masks import SublayerMask
 from dimr.slim import decoder_layers, slim_verifier
 
 
@@ -232,6 +233,25 @@ def test_shared_prefix_escalation_gives_the_full_logits(family: str):
     with share.recording():
         check_shared_prefix(share, full, reference, slim, ids)
     assert share.hidden is not None and decoder_layers(slim.model)[2]._forward_pre_hooks == {}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize(("key", "f"), [("11m1", 1), ("11am", 2), ("110m", 1), ("1m11", 0), ("1101", 2)])
+@torch.inference_mode()
+def test_shared_prefix_escalation_of_a_sublayer_slim_gives_the_full_logits(family: str, key: str, f: int):
+    """The full forward takes over where the slim stops running the full's layers whole and in place: at a
+    layer whose MLP is skipped, or before one whose attention is skipped (its MLP runs in the slim layer
+    before it)."""
+    verifier, _ = build_pair(family, seed=4)
+    full, reference = Tier("full", verifier), Tier("full", verifier)
+    slim = Tier("slim", slim_verifier(verifier, SublayerMask.from_key(key)))
+    assert first_skipped_of(slim) == f
+    if f == 0:  # nothing to share: hier escalates with a plain full forward
+        return
+    share = SharedPrefix(full, slim)
+    ids = torch.cat([PROMPT, torch.tensor([4, 8, 15, 16, 23, 42, 7, 9])])
+    with share.recording():
+        check_shared_prefix(share, full, reference, slim, ids)
 
 
 def check_shared_prefix(share: SharedPrefix, full: Tier, reference: Tier, slim: Tier, ids: torch.Tensor) -> None:

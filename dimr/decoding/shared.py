@@ -1,10 +1,11 @@
 """Shared-prefix escalation: the full forward starts where the slim verifier first differs from it.
 
-The layers before the slim's first skipped layer f are the full verifier's own, on the same tokens, so the
-keys/values the slim tier cached for them and the hidden state it fed into its layer f are exactly what the
-full verifier would compute. :class:`SharedPrefix` records that hidden state during slim forwards (a
-pre-hook on slim layer f); :meth:`SharedPrefix.forward` then appends the slim's keys/values of layers < f to
-the full cache, runs layers < f only for the tokens the slim has not seen, and layers ≥ f for all of them.
+The layers before the slim's first skipped layer f (`first_skipped_of`) are the full verifier's own, on the
+same tokens, so the keys/values the slim tier cached for them and the hidden state it fed into its layer f are
+exactly what the full verifier would compute. :class:`SharedPrefix` records that hidden state during slim
+forwards (a pre-hook on slim layer f); :meth:`SharedPrefix.forward` then appends the slim's keys/values of
+layers < f to the full cache, runs layers < f only for the tokens the slim has not seen, and layers ≥ f for
+all of them.
 """
 
 from __future__ import annotations
@@ -19,14 +20,21 @@ from transformers.cache_utils import Cache
 
 from dimr.decoding.tiers import Tier
 from dimr.masks import SublayerMask
-from dimr.slim import _build_slim, decoder_layers
+from dimr.slim import _build_slim, _slots, decoder_layers
 
 
 def first_skipped_of(slim: Tier) -> int:
-    """The slim verifier's first layer not kept whole (0 when it is layer 0, or the slim has no later
-    layer to start from: nothing to share)."""
+    """f: the slim's layers 0..f−1 are the full verifier's layers 0..f−1, whole and in place, so the input of
+    the slim's layer f is the full's hidden state entering layer f (0 when there is none, or when the slim has
+    no layer f to start from: nothing to share). In a sublayer slim a layer whose attention is skipped runs its
+    MLP inside the slim layer before it (`dimr.slim._slots`), so that earlier layer is not whole either."""
     key = getattr(slim.model.config, "dimr_mask", None) or ""
-    f = next((i for i, c in enumerate(key) if c != "1"), len(key))
+    if not key:
+        return 0
+    slots, parts = _slots(SublayerMask.from_key(key))
+    f = 0
+    while f < len(slots) and slots[f] == f and parts[f] == [("attn", f), ("mlp", f)]:
+        f += 1
     return f if f < len(decoder_layers(slim.model)) else 0
 
 
