@@ -272,3 +272,24 @@ def test_calibration_sensitivity_scores_the_seeds_and_the_reference_on_each_cali
     text = sq.markdown({"num_layers": 8, "limit": 20, "num_sequences": SEQS, "seq_len": SEQ_LEN,
                         "budgets": [b], "sensitivity": [sens]})
     assert "Calibration sensitivity, skip 3" in text and "(#1)" in text
+
+
+def test_swap_model_fit_on_an_additive_table(tmp_path):
+    """On a table whose cost is the sum of single-skip costs, the baseline alone ranks the neighbours exactly,
+    and the mean with the baseline picks the cheapest one."""
+    from itertools import combinations
+
+    from benchmarks import swap_model_fit
+
+    weights = [5.0, 0.1, 3.0, 0.2, 4.0, 0.3, 2.0, 1.0]
+    costs = {}
+    for k in (1, 3):
+        for skipped in combinations(range(8), k):
+            costs[mask_key(tuple(i not in skipped for i in range(8)))] = sum(weights[i] for i in skipped)
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"k": {"costs": costs}}))
+    out = swap_model_fit.main(["--table", str(path), "--skip", "3", "--fits", "3", "--repeats", "3"])
+    assert out["seed"] == mask_key(tuple(i not in (1, 3, 5) for i in range(8)))
+    assert out["baseline_rho"] == pytest.approx(1.0)
+    mean = next(r for r in out["rows"] if r["baseline"] and r["acquisition"] == "mean")
+    assert mean["rho"] == pytest.approx(1.0, abs=1e-6)

@@ -13,9 +13,9 @@ it (each its cheapest untaken mask, none twice; with ``EXPLORE`` > 0, one draw p
 
 With the study's single-skip profile (`dimr.search.driver`: p_i, the cost of skipping layer i alone), the
 model starts from the additive guess: it fits log(cost) − log(Σ_{i skipped} p_i), the log of the cost's ratio
-to the sum of its layers' single-skip costs. On smollm2 at skip 8 that guess alone ranks a mask's swap
-neighbours at Spearman 0.89, where the model without it needs ~60 evaluations to rank them at 0.90
-(docs/search.md).
+to the sum of its layers' single-skip costs. On smollm2 at skip 8 that guess alone ranks the profile seed's
+swap neighbours at Spearman 0.89; fit to 30 of them, the model ranks the others at 0.92 with it and 0.65
+without (`benchmarks/swap_model_fit.py`).
 
 This is BOCS (Baptista & Poloczek, ICML 2018) with an exact-k budget and the mean as its acquisition,
 optimised over swap neighbourhoods (a trust region around the incumbent). Under a cost budget
@@ -41,7 +41,8 @@ TOP_MASKS = 1  # proposals come from the swap neighbourhoods of this many best m
 # on smollm2 at skip 8 the incumbent's alone beat the 3 best masks' by 3.5% → 0.8% at 100 evaluations)
 EXPLORE = 0.0  # acquisition: the posterior mean plus this fraction of a Thompson draw's deviation from it (1:
 # Thompson sampling). With 466 weights and ~50 masks a draw's deviations swamp the differences between swap
-# neighbours; on smollm2 at skip 8 the mean's choice among them cost 1.19 where the draw's cost 1.3-1.5.
+# neighbours: on smollm2 at skip 8 the mean's pick among them costs 1.15-1.23, a draw's 1.37-1.43
+# (`benchmarks/swap_model_fit.py`).
 RANDOM_CANDIDATES = 512  # when those are all taken: this many random budget masks instead
 EPS = 1e-12
 
