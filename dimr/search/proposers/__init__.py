@@ -29,7 +29,7 @@ class ProposalContext:
     evaluated: Callable[[], list[tuple[Mask, float]]]  # (mask, first objective) of the capped history
     held: Callable[[], set[Mask]]  # masks of every complete or running trial the study view holds
     system_attrs: dict | None = None  # where an Optuna sampler's system-attribute writes go (one trial)
-    profile: list[float] | None = None  # the study's single-skip profile (cost of skipping layer i alone), if any
+    profile: list[float] | None = None  # the study's single-skip profile (cost of skipping bit i alone), if any
 
 
 class MaskProposer:
