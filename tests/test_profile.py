@@ -6,6 +6,7 @@ import numpy as np
 import optuna
 import pytest
 from optuna.trial import TrialState
+from test_search import CountingEvaluator  # the real in-process evaluator, recording what it scores
 
 from dimr.calibration import load_calibration
 from dimr.masks import Budget, CostBudget, mask_key
@@ -14,21 +15,9 @@ from dimr.search import Search, SearchOptions, StudySettings, heuristics
 from dimr.search.settings import PROFILE_ATTR
 from storage import open_storage
 from workers import EvalSpec
-from workers.local import LocalEvaluator, MaskScorer
+from workers.local import MaskScorer
 
 L, SKIP = 8, 3
-
-
-class CountingEvaluator(LocalEvaluator):
-    """The real in-process evaluator, recording every mask it is asked to score."""
-
-    def __init__(self, spec):
-        super().__init__(spec)
-        self.scored: list[tuple[bool, ...]] = []
-
-    def submit(self, ticket, mask):
-        self.scored.append(tuple(mask))
-        super().submit(ticket, mask)
 
 
 @pytest.fixture(scope="module")
