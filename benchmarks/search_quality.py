@@ -578,11 +578,7 @@ def run_budget(table: CostTable, budget: Budget, strategies: list[str], seeds: l
             opt_mask = mask_key(best)
             reference["local_search_rounds"] = rounds
         log(f"  reference: {optimum:.4g} ({reference})")
-    seeds = [m for _, m in heuristics.seed_masks(budget, table.block_influence)]
-    profile = [table.costs.get(mask_key(m)) for m in heuristics.single_skip_masks(budget.num_layers)]
-    if SearchOptions().profile and None not in profile:  # dimr's profile seed (after the L single skips)
-        seeds.append(heuristics.single_skip_rank(budget, profile))
-    seed_costs = [table.costs[k] for k in map(mask_key, seeds) if k in table.costs]
+    seed_costs = [table.costs[k] for k in (mask_key(m) for _, m in dimr_seeds(table, budget)) if k in table.costs]
     runs = {n: runs[n] for n in STRATEGIES if n in runs} | runs
     summary = summarise(runs, optimum, table.mean_eval_s, limit)
     seed_best = min(seed_costs, default=None)
@@ -673,15 +669,21 @@ def main(argv: list[str] | None = None) -> dict:
     return write_result(result, args.out, args.plot)
 
 
+def dimr_seeds(table: CostTable, budget: Budget) -> list[tuple[str, Mask]]:
+    """dimr's heuristic seeds for ``budget``, named, and its profile's seed once the table holds every single
+    skip (the driver adds it after scoring them, `SearchOptions.profile`)."""
+    seeds = heuristics.seed_masks(budget, table.block_influence)
+    profile = [table.costs.get(mask_key(m)) for m in heuristics.single_skip_masks(budget.num_layers)]
+    if SearchOptions().profile and None not in profile:
+        seeds.append(("single-skip-rank", heuristics.single_skip_rank(budget, profile)))
+    return seeds
+
+
 def calibration_sensitivity(small: CostTable, larger: dict[str, CostTable], budget_result: dict) -> dict:
     """The heuristic seeds' and the reference mask's costs on the benchmark's calibration and on each of
     ``larger`` (label -> table): whether a larger calibration would have ranked them, and picked the best, alike."""
     budget = Budget(small.num_layers, budget_result["skip"])
-    named = [(n, m) for n, m in heuristics.seed_masks(budget, small.block_influence)]
-    profile = [small.costs.get(mask_key(m)) for m in heuristics.single_skip_masks(budget.num_layers)]
-    if None not in profile:
-        named.append(("single-skip-rank", heuristics.single_skip_rank(budget, profile)))
-    named.append(("reference", mask_from_key(budget_result["optimum_mask"])))
+    named = [*dimr_seeds(small, budget), ("reference", mask_from_key(budget_result["optimum_mask"]))]
     names: dict[Mask, list[str]] = {}  # one row per mask, named by every heuristic that proposes it
     for n, m in named:
         names.setdefault(m, []).append(n)

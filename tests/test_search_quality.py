@@ -293,3 +293,21 @@ def test_swap_model_fit_on_an_additive_table(tmp_path):
     assert out["baseline_rho"] == pytest.approx(1.0)
     mean = next(r for r in out["rows"] if r["baseline"] and r["acquisition"] == "mean")
     assert mean["rho"] == pytest.approx(1.0, abs=1e-6)
+
+
+def test_score_masks_equals_the_scorer_on_layer_and_sublayer_keys(tiny_pair, capsys):
+    """A layer key scored as a sublayer key gives the layer mask's cost; each row is the search's scorer."""
+    from benchmarks import score_masks
+    from dimr.calibration import load_calibration
+    from dimr.masks import SublayerMask
+    from dimr.pairs import load_tokenizer
+    from workers import EvalSpec
+    from workers.local import MaskScorer
+
+    out = score_masks.main(["--pair", "tiny-random", "--calibrations", "2x16", "11011011", "1m1a1111"])
+    calib = load_calibration(tiny_pair.calibration, load_tokenizer(tiny_pair), 2, 16)
+    scorer = MaskScorer(EvalSpec(pair=tiny_pair, input_ids=calib.input_ids, cost="kl", device="cpu"))
+    assert out["11011011"]["2x16"]["cost"] == pytest.approx(scorer.score(mask_from_key("11011011")).cost, rel=1e-6)
+    assert out["1m1a1111"]["2x16"]["cost"] == pytest.approx(
+        scorer.score(SublayerMask.from_key("1m1a1111")).cost, rel=1e-6)
+    assert "`1m1a1111`" in capsys.readouterr().out

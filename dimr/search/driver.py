@@ -38,6 +38,7 @@ from workers.base import Evaluation, Evaluator
 
 BATCH_MAX = 8  # the most trials one sampler fit proposes when that many slots are idle
 CHECK_EVERY_S = 2.0  # how often a busy driver looks for dead drivers' trials and failed masks
+WORKERS_GONE = "every evaluation worker is gone; check the workers' logs and run again"
 MAX_CONSECUTIVE_FAILURES = 5  # failed evaluations in a row that stop the run (the cause is not the mask)
 
 
@@ -242,7 +243,7 @@ class Driver:
             retrying(self._check)
             while True:
                 if self.evaluator.slots < 1:
-                    raise DimrError("every evaluation worker is gone; check the workers' logs and run again")
+                    raise DimrError(WORKERS_GONE)
                 complete, elsewhere = retrying(self.store.counts)
                 self.on_result(complete, target, self._best_cost)
                 held = complete + elsewhere
@@ -277,7 +278,7 @@ class Driver:
         todo, running, costs = list(range(n)), set(), {}
         while len(costs) < n:
             if self.evaluator.slots < 1:
-                raise DimrError("every evaluation worker is gone; check the workers' logs and run again")
+                raise DimrError(WORKERS_GONE)
             while todo and len(self._inflight) + len(running) < cap:
                 i = todo.pop(0)
                 running.add(i)
