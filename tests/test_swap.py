@@ -15,7 +15,12 @@ from dimr.search.proposers import swap
 
 def _independent_features(mask: tuple[bool, ...]) -> list[float]:
     z = [0.0 if keep else 1.0 for keep in mask]
-    return z + [z[i] * z[j] for i, j in itertools.combinations(range(len(z)), 2)] + [1.0]
+    # the run feature by walking the runs: a run of n skipped layers adds max(0, n − 2)
+    runs, n = 0, 0
+    for skipped in z + [0.0]:
+        n = n + 1 if skipped else 0
+        runs += skipped and n >= 3
+    return z + [z[i] * z[j] for i, j in itertools.combinations(range(len(z)), 2)] + [float(runs), 1.0]
 
 
 def _data(n: int, layers: int, seed: int):
@@ -31,12 +36,30 @@ def _reference_posterior(masks, costs, profile=None):
     if profile is not None:  # the ratio to the additive guess: the sum of the skipped layers' single-skip costs
         y = y - np.log([sum(p for keep, p in zip(m, profile, strict=True) if not keep) + swap.EPS for m in masks])
     layers = len(masks[0])
-    prior = np.array([swap.LAYER_PRIOR_VAR] * layers + [swap.PAIR_PRIOR_VAR] * (layers * (layers - 1) // 2) + [1.0])
+    prior = np.array([swap.LAYER_PRIOR_VAR] * layers + [swap.PAIR_PRIOR_VAR] * (layers * (layers - 1) // 2)
+                     + [swap.RUN_PRIOR_VAR, 1.0])
     precision = x.T @ x / swap.NOISE_VAR + np.diag(1.0 / prior)
     cov = scipy.linalg.inv(precision)
     mean = scipy.linalg.solve(precision, x.T @ (y - y.mean()) / swap.NOISE_VAR, assume_a="pos")
     mean[-1] += y.mean()
     return mean, cov
+
+
+def test_the_run_feature_counts_skipped_layers_inside_runs():
+    """Σ over runs of skipped layers of max(0, length − 2): 0 for isolated skips and pairs."""
+    def runs(key):
+        return swap.features([tuple(c == "1" for c in key)])[0, -2]
+    assert runs("1111111111") == 0
+    assert runs("0101010101") == 0
+    assert runs("1001100111") == 0
+    assert runs("1000011111") == 2  # one run of 4
+    assert runs("0001000001") == 1 + 3  # runs of 3 and 5
+    assert runs("0000000000") == 8
+    rng = np.random.default_rng(3)
+    masks = [random_mask(Budget(9, 6), rng) for _ in range(30)]
+    x = swap.features(masks)
+    assert x[:, -2].max() >= 2
+    np.testing.assert_array_equal(x, np.array([_independent_features(m) for m in masks]))
 
 
 def test_posterior_matches_an_independent_computation():
@@ -93,7 +116,7 @@ def test_on_an_additive_landscape_the_profile_picks_the_cheapest_swap():
 
 @pytest.mark.parametrize("n", [5, 40], ids=["fewer-masks-than-features", "more-masks-than-features"])
 def test_weight_draws_follow_the_posterior(n):
-    """5 masks of 4 layers (11 features): Matheron's rule; 40 masks: the precision's Cholesky factor."""
+    """5 masks of 4 layers (12 features): Matheron's rule; 40 masks: the precision's Cholesky factor."""
     masks, costs = _data(n, 4, seed=n)
     mean, cov = _reference_posterior(masks, costs)
     rng = np.random.default_rng(1)
