@@ -114,6 +114,28 @@ def test_on_an_additive_landscape_the_profile_picks_the_cheapest_swap():
     assert got == best
 
 
+def test_on_a_landscape_that_punishes_long_runs_the_proposal_splits_the_run():
+    """Cost = the additive guess × e^(runs): after a few masks the shared run weight has learnt the penalty, so
+    from a mask skipping one run of 5 the proposal restores a layer inside it and leaves no run of 3 or more,
+    although every single skip costs the same (the additive guess ties all swaps)."""
+    profile = [0.1] * 12
+    budget = Budget(12, 5)
+
+    def cost(m):
+        return sum(p for keep, p in zip(m, profile, strict=True) if not keep) * np.exp(swap.features([m])[0, -2])
+
+    def skipping(*layers):
+        return tuple(i not in layers for i in range(12))
+
+    start = skipping(3, 4, 5, 6, 7)  # the one mask on the budget: a run of 5 (3 layers inside a run)
+    others = [skipping(0, 1, 2), skipping(8, 9, 10, 11), skipping(1, 3), skipping(2, 3, 4, 5, 6, 7), skipping(0, 5, 10)]
+    history = [(m, cost(m)) for m in [start, *others]]  # the others teach the model; off the budget
+    got = swap.SwapProposer().propose(budget, history, lambda m: False, np.random.default_rng(0), profile=profile)
+    assert got in swap.swaps(start)
+    assert swap.features([got])[0, -2] == 0
+    assert cost(got) == min(cost(m) for m in swap.swaps(start))
+
+
 @pytest.mark.parametrize("n", [5, 40], ids=["fewer-masks-than-features", "more-masks-than-features"])
 def test_weight_draws_follow_the_posterior(n):
     """5 masks of 4 layers (12 features): Matheron's rule; 40 masks: the precision's Cholesky factor."""
