@@ -65,6 +65,16 @@ def decoder(request) -> Decoder:
 def check_counters(stats) -> None:
     assert stats.accepted + stats.regenerated + stats.escalated + stats.bonus == stats.tokens
     assert stats.accepted_direct <= stats.accepted
+    for tier in stats.calls:  # the forwards by size add up to the calls and the tokens fed
+        assert sum(stats.forwards[tier].values()) == stats.calls[tier]
+        assert sum(n * k for n, k in stats.forwards[tier].items()) == stats.fed[tier]
+
+
+def test_ar_forwards_are_one_prefill_and_one_token_steps(decoder: Decoder):
+    ar = decoder.run(PROMPT, "ar", DecodeConfig(max_new_tokens=NEW_TOKENS))
+    assert ar.stats.forwards["full"] == {PROMPT.numel(): 1, 1: NEW_TOKENS - 1}
+    merged = ar.stats.merge(ar.stats)
+    assert merged.forwards["full"] == {PROMPT.numel(): 2, 1: 2 * (NEW_TOKENS - 1)}
 
 
 def test_greedy_sd_and_self_equal_ar(decoder: Decoder):

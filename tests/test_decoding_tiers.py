@@ -212,6 +212,14 @@ def test_predictions_equal_hand_computation():
     # counts: 30 full forwards of 5 tokens on average and 120 draft forwards → 100 tokens in 3.75 s
     assert predict_from_counts(100, {"full": 30, "draft": 120, "slim": 0}, {"full": 150, "draft": 120,
                                                                             "slim": 0}, COSTS) == 100 / 3.75
+    # with each forward's own size: a prefill of 21 tokens and 20 one-token steps of the full verifier are
+    # c(21) + 20·c(1), not 21 forwards at c(41/21), which would price every step near c(2)
+    # (a CPU-like table: steep from 1 to 5 tokens, flat after)
+    knee = Costs({"full": {1: 0.050, 5: 0.100, 9: 0.110}}, "test")
+    calls, fed, forwards = {"full": 21}, {"full": 41}, {"full": {21: 1, 1: 20}}
+    assert predict_from_counts(20, calls, fed, knee, forwards) == pytest.approx(20 / (0.140 + 20 * 0.050))
+    assert predict_from_counts(20, calls, fed, knee) == pytest.approx(20 / (21 * (0.050 + 0.0125 * 20 / 21)))
+    assert predict_from_counts(20, calls, fed, knee, forwards) > 1.1 * predict_from_counts(20, calls, fed, knee)
 
 
 def test_roofline_is_flat_up_to_the_knee():

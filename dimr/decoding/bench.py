@@ -87,7 +87,9 @@ def _hf_assisted(decoder: Decoder, prompt: torch.Tensor, config: DecodeConfig,
         def post(_m, args, kwargs, _o, tier=tier.name):
             stats.calls[tier] += 1
             ids = kwargs.get("input_ids", args[0] if args else None)
-            stats.fed[tier] += ids.shape[-1] if ids is not None else 0
+            n = ids.shape[-1] if ids is not None else 0
+            stats.fed[tier] += n
+            stats.forwards[tier][n] = stats.forwards[tier].get(n, 0) + 1
             stats.seconds[tier] += time.perf_counter() - started[tier][0]
             stats.cpu_seconds_tier[tier] += time.process_time() - started[tier][1]
 
@@ -191,7 +193,8 @@ def run_bench(decoder: Decoder, prompts: list[str], modes: list[str], config: De
             row.predicted = s.tokens / cost if cost else float("nan")
     for row in rows:
         table = ladder.costs if row.mode.startswith(LADDER) else costs
-        row.modelled = predict_from_counts(row.stats.tokens, row.stats.calls, row.stats.fed, table)
+        row.modelled = predict_from_counts(row.stats.tokens, row.stats.calls, row.stats.fed, table,
+                                           row.stats.forwards)
     return BenchReport(rows, config, len(prompts), c_rel,
                        _relative_costs(rows, COMPILED) if compiled else None, costs)
 

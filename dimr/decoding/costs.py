@@ -265,10 +265,20 @@ def predict(mode: str, gamma: int, acceptance: Acceptance, costs: Costs, window:
     return tokens / seconds
 
 
-def predict_from_counts(tokens: int, calls: Mapping[str, int], fed: Mapping[str, int], costs: Costs) -> float:
-    """Tokens/s of a decode that made ``calls[tier]`` forwards feeding ``fed[tier]`` tokens in all, each
-    forward priced at c(tier, mean tokens per forward)."""
-    seconds = sum(calls[t] * costs(t, fed[t] / calls[t]) for t in calls if calls[t])
+def predict_from_counts(tokens: int, calls: Mapping[str, int], fed: Mapping[str, int], costs: Costs,
+                        forwards: Mapping[str, Mapping[int, int]] | None = None) -> float:
+    """Tokens/s of a decode that made ``calls[tier]`` forwards feeding ``fed[tier]`` tokens in all.
+
+    With ``forwards`` (per tier: tokens fed in one forward → how many forwards, `DecodeStats.forwards`) each
+    forward is priced at c(tier, its own tokens); without, at c(tier, mean tokens per forward). The mean
+    misprices a decode whose prefill of a long prompt sits beside one-token steps: on smollm2 it priced `ar`'s
+    steps at c(3.4) and predicted 0.64× the measured speed."""
+    seconds = 0.0
+    for t in calls:
+        if forwards and forwards.get(t):
+            seconds += sum(k * costs(t, n) for n, k in forwards[t].items())
+        elif calls[t]:
+            seconds += calls[t] * costs(t, fed[t] / calls[t])
     return tokens / seconds if seconds > 0 else math.nan
 
 

@@ -131,6 +131,9 @@ class Output:
         for tier in self.tiers:
             self.stats.calls[tier.name] += tier.calls
             self.stats.fed[tier.name] += tier.fed
+            sizes = self.stats.forwards[tier.name]
+            for n, k in tier.sizes.items():
+                sizes[n] = sizes.get(n, 0) + k
             self.stats.seconds[tier.name] += tier.seconds
             self.stats.cpu_seconds_tier[tier.name] += tier.cpu_seconds
         return DecodeResult(self.new, self.stats)

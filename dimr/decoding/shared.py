@@ -99,6 +99,7 @@ class SharedPrefix:
         full.length += n
         full.calls += 1
         full.fed += n
+        full.sizes[n] = full.sizes.get(n, 0) + 1
         full.seconds += time.perf_counter() - t0
         full.cpu_seconds += time.process_time() - c0
         return logits

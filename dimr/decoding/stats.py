@@ -37,6 +37,8 @@ class DecodeStats:
     bonus: int = 0
     calls: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TIERS, 0))
     fed: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TIERS, 0))  # tokens fed per tier
+    # per tier: tokens fed in one forward → how many forwards fed that many (the prefill apart from the steps)
+    forwards: dict[str, dict[int, int]] = field(default_factory=lambda: {t: {} for t in TIERS})
     seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(TIERS, 0.0))
     cpu_seconds_tier: dict[str, float] = field(default_factory=lambda: dict.fromkeys(TIERS, 0.0))
     wall_seconds: float = 0.0
@@ -83,6 +85,10 @@ class DecodeStats:
             setattr(out, name, getattr(self, name) + getattr(other, name))
         out.calls = {t: self.calls[t] + other.calls[t] for t in TIERS}
         out.fed = {t: self.fed[t] + other.fed[t] for t in TIERS}
+        out.forwards = {t: dict(self.forwards[t]) for t in TIERS}
+        for t in TIERS:
+            for n, k in other.forwards[t].items():
+                out.forwards[t][n] = out.forwards[t].get(n, 0) + k
         out.seconds = {t: self.seconds[t] + other.seconds[t] for t in TIERS}
         out.cpu_seconds_tier = {t: self.cpu_seconds_tier[t] + other.cpu_seconds_tier[t] for t in TIERS}
         for stats in (self, other):

@@ -66,6 +66,7 @@ class Tier:
     length: int = field(init=False, default=0)
     calls: int = field(init=False, default=0)
     fed: int = field(init=False, default=0)  # tokens fed in all forwards
+    sizes: dict[int, int] = field(init=False, default_factory=dict)  # tokens fed per forward → forwards
     seconds: float = field(init=False, default=0.0)
     cpu_seconds: float = field(init=False, default=0.0)
     keep_hidden: bool = False  # also keep the last hidden states of each forward (relaxed rules)
@@ -91,6 +92,7 @@ class Tier:
         else:
             self.cache = DynamicCache()
         self.length = self.calls = self.fed = 0
+        self.sizes = {}
         self.seconds = self.cpu_seconds = 0.0
 
     def _new_static_cache(self, size: int) -> Cache:
@@ -143,6 +145,7 @@ class Tier:
         self.hidden = hidden
         self.calls += 1
         self.fed += n
+        self.sizes[n] = self.sizes.get(n, 0) + 1
         if self.timed:
             if logits.device.type == "cuda":
                 torch.cuda.synchronize(logits.device)

@@ -221,7 +221,8 @@ def run_bench(decoder: Decoder, workloads: Sequence[Workload], methods: Sequence
         _, _, ar_row = run_one(decoder, work, config, "ar", lossless)
         ar_row.method, ar_row.speedup, ar_row.cost_speedup = "ar", 1.0, 1.0
         ar_row.speedup_ci = (1.0, 1.0)
-        ar_rate = predict_from_counts(ar_row.tokens, ar_row.stats.calls, ar_row.stats.fed, costs)
+        ar_rate = predict_from_counts(ar_row.tokens, ar_row.stats.calls, ar_row.stats.fed, costs,
+                                      ar_row.stats.forwards)
         rows.append(ar_row)
         if progress:
             progress(ar_row)
@@ -247,7 +248,8 @@ def run_bench(decoder: Decoder, workloads: Sequence[Workload], methods: Sequence
                 row.speedup_ci = ratio_interval(ar_row.per_prompt["seconds"], row.per_prompt["seconds"])
                 row.predicted_speedup = survey_speedup(ar_row.output_length, row.output_length,
                                                        row.predicted_accepted_length, gamma, row.c_rel)
-                row.cost_speedup = ar_rate and predict_from_counts(row.tokens, stats.calls, stats.fed, costs) / ar_rate
+                row.cost_speedup = ar_rate and predict_from_counts(row.tokens, stats.calls, stats.fed, costs,
+                                                                   stats.forwards) / ar_rate
                 done[(gamma, method, value)] = row
                 rows.append(row)
                 if progress:
