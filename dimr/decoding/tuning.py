@@ -185,7 +185,8 @@ def sweep(decoder, prompts: Sequence[Prompt], config, settings: Sequence[tuple[f
             accuracy = sum(answer_of(t) == p.answer for t, p in zip(texts, prompts, strict=True)) / len(prompts)
         cfg = configs[row.mode]
         out.append(Point(cfg.thresholds.accept, cfg.thresholds.close, cfg.thresholds.regen, s.tokens_per_second,
-                         s.tokens_per_cpu_second, predict_from_counts(s.tokens, s.calls, s.fed, costs, s.forwards), -row.nll,
+                         s.tokens_per_cpu_second, predict_from_counts(s.tokens, s.calls, s.fed, costs, s.forwards),
+                         -row.nll,
                          None if row.same_as_ar is None else row.same_as_ar / len(prompts), accuracy,
                          s.calls_per_token("full")))
         if on_point and row.mode != "ar":
