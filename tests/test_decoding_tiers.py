@@ -190,8 +190,10 @@ def test_costs_interpolate_and_extrapolate():
 
 
 def test_a_measured_row_never_falls_with_more_tokens():
-    """A burst of other load during one cell (here n = 3) must not make longer forwards look cheaper."""
-    assert monotone({1: 1.0, 2: 1.2, 3: 3.0, 5: 1.5, 9: 4.0}) == {1: 1.0, 2: 1.2, 3: 3.0, 5: 3.0, 9: 4.0}
+    """A burst of other load during one cell (here n = 3) only ever adds time: the cell is lowered to the next
+    one's cost, and the longer forwards keep theirs (a running maximum would have priced n = 5 at the burst)."""
+    assert monotone({1: 1.0, 2: 1.2, 3: 3.0, 5: 1.5, 9: 4.0}) == {1: 1.0, 2: 1.2, 3: 1.5, 5: 1.5, 9: 4.0}
+    assert monotone({2: 1.0, 1: 2.0}) == {1: 1.0, 2: 1.0}
 
 
 def test_predictions_equal_hand_computation():

@@ -95,40 +95,46 @@ class Costs:
 
 @torch.inference_mode()
 def forward_seconds(tier, n: int, reps: int, prefix: int = 64) -> float:
-    """Fastest of ``reps`` timed ``n``-token forwards of ``tier`` after a ``prefix``-token warm cache.
-
-    The minimum, not the median: on a shared machine every disturbance only adds time, so the fastest run is
-    the forward's own cost (and the shape of c(n) no longer follows bursts of other load).
-    """
-    device = tier.model.device
-    tier.reset(prefix + n + 1)
-    tier.forward(torch.arange(prefix, device=device) % 50 + 3, keep=1)
-    x = torch.arange(n, device=device) % 50 + 7
-    times = []
-    for i in range(reps + 1):
-        t0 = time.perf_counter()
-        tier.forward(x, keep=n)
-        if i:  # the first one warms allocations
-            times.append(time.perf_counter() - t0)
-        tier.crop(prefix)
-    return min(times)
+    """Fastest of ``reps`` timed ``n``-token forwards of ``tier`` after a ``prefix``-token warm cache."""
+    return measure({"tier": tier}, [n], reps, prefix).table["tier"][n]
 
 
 def monotone(row: Mapping[int, float]) -> dict[int, float]:
-    """The row made non-decreasing in n (a running maximum): more tokens never cost less."""
-    out, top = {}, 0.0
-    for n in sorted(row):
-        top = max(top, row[n])
-        out[n] = top
-    return out
+    """The row made non-decreasing in n: more tokens never cost less. A cell above a later one is lowered to it
+    (a running minimum from the right), since a disturbance only ever adds time."""
+    out, low = {}, math.inf
+    for n in sorted(row, reverse=True):
+        low = min(low, row[n])
+        out[n] = low
+    return dict(sorted(out.items()))
 
 
+@torch.inference_mode()
 def measure(tiers: Mapping[str, object], lengths: Iterable[int] = range(1, 17), reps: int = 5,
             prefix: int = 64) -> Costs:
-    """Time every tier (name → :class:`~dimr.decoding.tiers.Tier`) at every length: a measured table."""
-    lengths = list(lengths)
-    return Costs({name: monotone({n: forward_seconds(tier, n, reps, prefix) for n in lengths})
-                  for name, tier in tiers.items()})
+    """Time every tier (name → :class:`~dimr.decoding.tiers.Tier`) at every length: a measured table.
+
+    Each tier gets a ``prefix``-token warm cache; then ``reps`` rounds each time every tier at every length
+    once (after one untimed round that warms every shape), and a cell keeps its fastest round. The minimum, not
+    the median: on a shared machine every disturbance only adds time, so the fastest run is the forward's own
+    cost. Rounds, not a cell's reps back to back: a slow spell (other load, or the first seconds after loading)
+    then spoils one round of every cell instead of every rep of a few cells."""
+    lengths = sorted(set(lengths))
+    for tier in tiers.values():
+        tier.reset(prefix + lengths[-1] + 1)
+        tier.forward(torch.arange(prefix, device=tier.model.device) % 50 + 3, keep=1)
+    best = {name: dict.fromkeys(lengths, math.inf) for name in tiers}
+    for r in range(reps + 1):
+        for name, tier in tiers.items():
+            for n in lengths:
+                x = torch.arange(n, device=tier.model.device) % 50 + 7
+                t0 = time.perf_counter()
+                tier.forward(x, keep=n)
+                seconds = time.perf_counter() - t0
+                tier.crop(prefix)
+                if r:  # round 0 warms allocations
+                    best[name][n] = min(best[name][n], seconds)
+    return Costs({name: monotone(row) for name, row in best.items()})
 
 
 SUBLAYER_PARTS = ("attention", "mlp", "fixed")
