@@ -93,12 +93,6 @@ class Costs:
 
 # --- measuring ------------------------------------------------------------------------------------------
 
-@torch.inference_mode()
-def forward_seconds(tier, n: int, reps: int, prefix: int = 64) -> float:
-    """Fastest of ``reps`` timed ``n``-token forwards of ``tier`` after a ``prefix``-token warm cache."""
-    return measure({"tier": tier}, [n], reps, prefix).table["tier"][n]
-
-
 def monotone(row: Mapping[int, float]) -> dict[int, float]:
     """The row made non-decreasing in n: more tokens never cost less. A cell above a later one is lowered to it
     (a running minimum from the right), since a disturbance only ever adds time."""
