@@ -34,6 +34,8 @@ def diversed_train(
     batch: int = typer.Option(8, "--batch", help="rollouts per step"),
     lr: float = typer.Option(5e-4, "--lr", help="AdamW learning rate"),
     lam: float = typer.Option(0.05, "--lam", help="λ on Σ(1 − TV(draft, ν)) per token"),
+    init_w: float = typer.Option(0.5, "--init-w", help="the head's starting weight on the verifier, in (0, 1) "
+                                 "(0.5: the authors'; near 1 when the ensemble at 0.5 never earns a reward)"),
     n_prompts: int = typer.Option(256, "--prompts", help="training prompts"),
     reward: str = typer.Option("exact", "--reward", help="arithmetic: exact | exact+steps"),
     max_new_tokens: int = typer.Option(96, "--max-new-tokens", help="rollout length cap"),
@@ -48,9 +50,11 @@ def diversed_train(
 
     if steps < 1 or batch < 1:
         raise DimrError("--steps and --batch must be at least 1")
+    if not 0.0 < init_w < 1.0:
+        raise DimrError(f"--init-w {init_w} must lie strictly between 0 and 1")
     _threads(threads)
-    config = TrainConfig(steps=steps, batch=batch, lr=lr, lam=lam, max_new_tokens=max_new_tokens,
-                         temperature=temperature, seed=seed)
+    config = TrainConfig(steps=steps, batch=batch, lr=lr, lam=lam, init_w=init_w,
+                         max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
 
     def progress(step, log) -> None:
         console.print(f"step {step + 1}/{steps}  reward {log.rewards[-1]:.3f}  mean w {log.mean_w[-1]:.3f}  "

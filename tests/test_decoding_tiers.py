@@ -154,7 +154,7 @@ def test_auto_prefers_the_arm_the_costs_favour():
 
 def test_auto_prices_by_measured_time():
     """A tier that runs slower than its table entry is priced at what it measured: the table says sd wins,
-    the measured draft (here 5× its entry at every block) makes ar win."""
+    the measured draft (here 5× its entry at every forward) makes ar win."""
     import random
 
     costs = Costs({"full": {1: 1.0, 5: 1.2}, "draft": {1: 0.1}}, "test")
@@ -163,16 +163,63 @@ def test_auto_prices_by_measured_time():
     rng = random.Random(0)
     assert {chooser.choose(rng, {"draft": 0}).mode for _ in range(20)} == {"sd"}
     for _ in range(40):  # per block 4 draft forwards of 1 token, each taking 5 × its 0.1 s
-        chooser.observe_time("draft", 4, 4, 4 * 0.5)
-    chooser.observe_time("draft", 1, 1, 100.0)  # clipped: one stall moves the ratio by at most RATE·(5 − r)
+        chooser.observe_forwards("draft", [(1, 0.5)] * 4)
+    chooser.observe_forwards("draft", [(1, 100.0)])  # clipped: one stall moves the ratio by at most RATE·(5 − r)
     assert 4.9 < chooser.scale["draft"] <= 5.0
-    chooser.observe_time("full", 1, 5, 1.2)  # exactly the table: the full tier's factor stays 1
-    assert chooser.scale["full"] == 1.0
+    chooser.observe_forwards("full", [(5, 1.2)])  # exactly the table: the full tier's factor stays 1
+    assert chooser.scale["full"] == chooser.scale[("full", 5)] == 1.0
     # sd/4 now: 4 · 0.5 + 1.2 = 3.2 s for (1 − 0.7⁵)/0.3 ≈ 2.77 tokens < ar's 1 token/s
     assert {chooser.choose(rng, {"draft": 0}).mode for _ in range(20)} == {"ar"}
     off = Chooser(costs, [Arm("ar"), Arm("sd", 4)], adapt=False)
-    off.observe_time("draft", 4, 4, 2.0)
+    off.observe_forwards("draft", [(1, 0.5)] * 4)
     assert off.scale == {}
+
+
+def test_auto_prices_each_forward_size_by_its_own_measurements():
+    """A table right about one-token steps but 2× too cheap for a 5-token verification: sd/4 looks best by the
+    table, and after the measured forwards of both sizes ar wins, where a single per-tier factor would not
+    see it (one-token forwards dominate the count)."""
+    import random
+
+    costs = Costs({"full": {1: 1.0, 5: 1.2}, "draft": {1: 0.1}}, "test")
+    chooser = Chooser(costs, [Arm("ar"), Arm("sd", 4)])
+    chooser.observe([("draft", "full", 500, 1000)])  # α = 0.5: sd/4 ≈ 1.94 tokens in 1.6 s by the table
+    rng = random.Random(0)
+    assert {chooser.choose(rng, {"draft": 0}).mode for _ in range(20)} == {"sd"}
+    for _ in range(100):
+        chooser.observe_forwards("full", [(1, 1.0)] * 9 + [(5, 2.4)])
+        chooser.observe_forwards("draft", [(1, 0.1)])
+    assert chooser.price("full", 5) == pytest.approx(2.4, rel=1e-3) and chooser.price("full", 1) == 1.0
+    assert chooser.price("full", 3) == pytest.approx(costs("full", 3) * chooser.scale["full"])  # unseen size
+    assert {chooser.choose(rng, {"draft": 0}).mode for _ in range(20)} == {"ar"}  # 1.94 tokens in 2.8 s
+
+
+def test_auto_posterior_fades_to_its_horizon():
+    from dimr.decoding.auto import HORIZON
+
+    chooser = Chooser(Costs({"full": {1: 1.0}}, "test"), [Arm("ar")])
+    chooser.observe([("draft", "full", 900, 1000)])
+    a, r = chooser.counts[("draft", "full")]
+    assert a + r == pytest.approx(HORIZON) and a / (a + r) == pytest.approx(0.9)
+    for _ in range(50):  # acceptance drops to 0.1: the old evidence fades, the estimate follows
+        chooser.observe([("draft", "full", 10, 100)])
+    a, r = chooser.counts[("draft", "full")]
+    assert a / (a + r) < 0.12
+
+
+def test_auto_runs_longer_ar_stretches_when_ar_keeps_winning(decoder: Decoder):
+    """With ar the only arm, choices are made for 1, 2, 4, 4… tokens: fewer choices than tokens, same output."""
+    config = DecodeConfig(max_new_tokens=NEW_TOKENS, temperature=0.8, seed=3)
+    chooser = Chooser(Costs({t: {1: 1.0} for t in ("draft", "slim", "full")}, "test"), [Arm("ar")])
+    trace: list = []
+    result = auto(chooser, decoder.full, decoder.draft, decoder.slim, PROMPT, config, decoder.vocab_size, trace)
+    assert result.tokens == decoder.run(PROMPT, "ar", config).tokens
+    assert len(trace) == NEW_TOKENS  # one traced block per token
+    from dimr.decoding.auto import AR_RUN
+
+    runs = [1, 2] + [AR_RUN] * NEW_TOKENS
+    expected = next(k for k in range(1, NEW_TOKENS + 1) if sum(runs[:k]) >= NEW_TOKENS)
+    assert chooser.chosen == {"ar": expected}
 
 
 # --- the cost model --------------------------------------------------------------------------------------

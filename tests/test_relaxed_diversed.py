@@ -31,6 +31,21 @@ def test_head_starts_at_one_half():
     assert torch.equal(w, torch.full((5,), 0.5))
 
 
+def test_head_starts_at_the_weight_asked_for(models):
+    """``init_w`` moves only the start: w is exactly that on any input, the first rollouts are mixed with it,
+    and a weight outside (0, 1) is refused."""
+    head = EnsembleHead(8, 16, init_w=0.95)
+    w = head(torch.randn(5, 8), torch.randn(5, 16))
+    assert torch.allclose(w, torch.full((5,), 0.95), atol=1e-6)
+    verifier, draft, prompts = models
+    config = TrainConfig(steps=1, batch=2, lr=0.05, lam=0.0, max_new_tokens=6, temperature=0.0, init_w=0.95)
+    _, log = train_head(draft, verifier, prompts, lambda i, y: 0.0, config)
+    assert log.mean_w[0] == pytest.approx(0.95, abs=1e-5)
+    for bad in (0.0, 1.0, 1.5):
+        with pytest.raises(DimrError, match="strictly between 0 and 1"):
+            EnsembleHead(8, 16, init_w=bad)
+
+
 def test_reward_favouring_the_draft_drives_w_down(models):
     verifier, draft, prompts = models
     _, log = train_head(draft, verifier, prompts, agreement_reward(draft, prompts), TOY)

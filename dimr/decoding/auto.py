@@ -9,11 +9,14 @@ current sequence, so the output law is the full verifier's whatever the choices;
 the tokens emitted (each match is an unbiased draw of its acceptance q(x)), and its arms only compete in
 blocks where the last n-gram occurred before, priced at the length of what followed it.
 
-The posterior counts live in the :class:`Chooser` and carry over between prompts, halved at each new one
-(running estimates that still adapt per prompt). The chooser also times the forwards it asks for: per tier,
-a running ratio of measured to tabled seconds rescales the cost table, so a table measured under other load
-(or a machine whose load changes) still prices the arms as they run now. Choices then depend on timing, so a
-sampled ``auto`` decode with a fixed seed may take other paths between runs; its law does not change.
+The posterior counts live in the :class:`Chooser` and carry over between prompts, halved at each new one and
+faded to at most :data:`HORIZON` tested tokens (running estimates that still adapt per prompt). The chooser
+also times every forward it asks for: per tier and per forward size, a running ratio of measured to tabled
+seconds rescales the cost table, so a table measured under other load (or one whose multi-token entries are
+off by another factor than its one-token ones) still prices the arms as they run now. Choices then depend on
+timing, so a sampled ``auto`` decode with a fixed seed may take other paths between runs; its law does not
+change. When ``ar`` wins again and again, each choice runs a longer stretch of ``ar`` tokens (up to
+:data:`AR_RUN`), which keeps the chooser's own time off the per-token cost where nothing speculates.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import torch
 from torch import Tensor
 
 from dimr.decoding import modes
-from dimr.decoding.costs import Acceptance, Costs, block
+from dimr.decoding.costs import FREE, Acceptance, Costs, block
 from dimr.decoding.proposer import NgramProposer, Proposer, lookup
 from dimr.decoding.sequence import DecodeConfig, DecodeResult, Output
 from dimr.decoding.stats import DecodeStats
@@ -33,9 +36,13 @@ from dimr.decoding.tiers import Tier
 
 GAMMAS = (1, 2, 3, 4, 6, 8)
 HIER = ((1, 4), (2, 4), (2, 8), (4, 8), (4, 12), (4, 16))  # (γ, Γ)
+PAIRS = (("draft", "full"), ("slim", "full"), ("lookup", "full"), ("draft", "slim"))
+CATCH_UP = {"sd": ("draft",), "self": ("slim",), "hier": ("draft", "slim")}  # tiers an arm brings up to date
 PRIOR = (1.0, 2.0)  # Beta(accepted + 1, rejected + 2): a mildly pessimistic start (mean 1/3)
-RATE = 0.2  # weight of the newest block in the running measured/tabled time ratio of a tier
-RATIO_BOUNDS = (0.2, 5.0)  # one block's ratio is clipped to this: a single stall must not flip the table
+HORIZON = 256.0  # tested tokens a pair's posterior holds at most: older evidence fades (exponential forgetting)
+RATE = 0.1  # weight of the newest forward in the running measured/tabled time ratio
+RATIO_BOUNDS = (0.2, 5.0)  # one forward's ratio is clipped to this: a single stall must not flip the table
+AR_RUN = 4  # ar chosen again and again runs 1, 2, 4… tokens per choice, up to this: fewer choices, same law
 
 
 @dataclass(frozen=True)
@@ -64,44 +71,60 @@ class Chooser:
     arms: list[Arm]
     counts: dict[tuple[str, str], list[float]] = field(default_factory=dict)  # pair → [accepted, rejected]
     chosen: dict[str, int] = field(default_factory=dict)  # arm label → blocks, over the last decode
-    scale: dict[str, float] = field(default_factory=dict)  # tier → running measured / tabled seconds
+    # tier, or (tier, tokens fed): running measured / tabled seconds of its forwards
+    scale: dict[str | tuple[str, int], float] = field(default_factory=dict)
     adapt: bool = True  # rescale the table by measured times (off: price by the table alone)
+    _table: dict[tuple[str, int], float] = field(default_factory=dict, repr=False)
 
     def new_prompt(self) -> None:
-        for c in self.counts.values():
-            c[0], c[1] = c[0] / 2, c[1] / 2
         self.chosen = {}
 
     def observe(self, observations: list[modes.Observation]) -> None:
         for proposer, target, accepted, tested in observations:
             c = self.counts.setdefault((proposer, target), [0.0, 0.0])
             c[0], c[1] = c[0] + accepted, c[1] + tested - accepted
+            if c[0] + c[1] > HORIZON:
+                fade = HORIZON / (c[0] + c[1])
+                c[0], c[1] = c[0] * fade, c[1] * fade
 
-    def observe_time(self, tier: str, calls: int, fed: int, seconds: float) -> None:
-        """``calls`` forwards of ``tier`` fed ``fed`` tokens in all and took ``seconds``."""
-        if not self.adapt or calls <= 0 or seconds <= 0:
+    def tabled(self, tier: str, n: int) -> float:
+        if (tier, n) not in self._table:
+            self._table[(tier, n)] = self.costs(tier, n)
+        return self._table[(tier, n)]
+
+    def price(self, tier: str, n: int) -> float:
+        """Seconds of one forward of ``n`` tokens of ``tier`` as they run now: the table's entry times the
+        measured ratio of that tier's forwards of this size (of all its forwards for a size not yet seen)."""
+        if tier == FREE:
+            return 0.0
+        return self.tabled(tier, n) * self.scale.get((tier, n), self.scale.get(tier, 1.0))
+
+    def observe_forwards(self, tier: str, forwards: list[tuple[int, float]]) -> None:
+        """``forwards``: (tokens fed, seconds) of each forward ``tier`` just ran."""
+        if not self.adapt:
             return
-        ratio = seconds / (calls * self.costs(tier, fed / calls))
-        ratio = min(max(ratio, RATIO_BOUNDS[0]), RATIO_BOUNDS[1])
-        old = self.scale.get(tier, 1.0)
-        self.scale[tier] = old + RATE * (ratio - old)
+        for n, seconds in forwards:
+            if seconds <= 0:
+                continue
+            ratio = min(max(seconds / self.tabled(tier, n), RATIO_BOUNDS[0]), RATIO_BOUNDS[1])
+            for key in (tier, (tier, n)):  # a size seen for the first time starts from the tier's ratio
+                old = self.scale.get(key, self.scale.get(tier, 1.0))
+                self.scale[key] = old + RATE * (ratio - old)
 
     def choose(self, rng: random.Random, lag: dict[str, int], lookup_len: int = GAMMAS[-1]) -> Arm:
         """The arm of highest sampled tokens/s; ``lag[tier]``: tokens a tier's cache is behind;
         ``lookup_len``: tokens the n-gram proposer has to offer now (none: its arms are left out)."""
-        pairs = {("draft", "full"), ("slim", "full"), ("lookup", "full"), ("draft", "slim")}
         rates = {}
-        for pair in pairs:
+        for pair in PAIRS:
             a, r = self.counts.get(pair, (0.0, 0.0))
             rates[pair] = rng.betavariate(a + PRIOR[0], r + PRIOR[1])
         acceptance = Acceptance(rates)
-        costs = self.costs.scaled(self.scale) if self.scale else self.costs
 
         def speed(arm: Arm) -> float:
             gamma = min(arm.gamma, lookup_len) if arm.mode == "lookup" else arm.gamma
-            tokens, seconds = block(arm.mode, gamma, acceptance, costs, arm.window)
-            for tier in {"sd": ["draft"], "self": ["slim"], "hier": ["draft", "slim"]}.get(arm.mode, []):
-                seconds += costs(tier, lag[tier] + 1) - costs(tier, 1)
+            tokens, seconds = block(arm.mode, gamma, acceptance, self.price, arm.window)
+            for tier in CATCH_UP.get(arm.mode, ()):
+                seconds += self.price(tier, lag[tier] + 1) - self.price(tier, 1)
             return tokens / seconds
 
         arm = max([a for a in self.arms if a.mode != "lookup" or lookup_len > 0] or self.arms, key=speed)
@@ -109,9 +132,9 @@ class Chooser:
         return arm
 
 
-def _lookup_seen(ids: Tensor, emitted: Tensor, gamma: int) -> list[modes.Observation]:
-    """The n-gram proposal at ``ids`` against the tokens actually emitted after it: leading matches."""
-    proposal = lookup(ids, gamma)[: emitted.numel()]
+def _lookup_seen(proposal: Tensor, emitted: Tensor) -> list[modes.Observation]:
+    """The n-gram proposal made before a block against the tokens the block emitted: leading matches."""
+    proposal = proposal[: emitted.numel()]
     if proposal.numel() == 0:
         return []
     miss = (proposal != emitted[: proposal.numel()]).nonzero()
@@ -136,26 +159,40 @@ def auto(chooser: Chooser, full: Tier, draft: Tier | None, slim: Tier | None, pr
         proposers["self"] = ModelProposer(slim)
     chooser.new_prompt()
     timed = [t for t in (full, draft, slim) if t is not None and t.timed]
-    while not out.done:
-        ids = out.ids
-        lag = {t.name: ids.numel() - 1 - t.length for t in (draft, slim) if t is not None}
-        arm = chooser.choose(rng, lag, lookup(ids, GAMMAS[-1]).numel())
-        state = generator.get_state() if trace is not None else None
-        before = {t.name: (t.calls, t.fed, t.seconds) for t in timed}
+    for t in timed:
+        t.log = []
+
+    def one_block(arm: Arm) -> list[modes.Observation]:
         if arm.mode == "ar":
-            seen = modes.ar_block(full, out, generator)
-        elif arm.mode == "hier":
-            seen = modes.hier_block(proposers["sd"], slim, full, out, arm.gamma, arm.window, generator,
+            return modes.ar_block(full, out, generator)
+        if arm.mode == "hier":
+            return modes.hier_block(proposers["sd"], slim, full, out, arm.gamma, arm.window, generator,
                                     escalate=escalate)
-        else:
-            seen = modes.sd_block(proposers[arm.mode], full, out, arm.gamma, generator)
-        emitted = out.ids[ids.numel():]
-        if arm.mode != "lookup":
-            seen += _lookup_seen(ids, emitted, max(GAMMAS))
-        chooser.observe(seen)
+        return modes.sd_block(proposers[arm.mode], full, out, arm.gamma, generator)
+
+    run = 0  # ar tokens the last choice ran (0: it chose another arm)
+    try:
+        while not out.done:
+            ids = out.ids
+            proposal = lookup(ids, GAMMAS[-1])
+            lag = {t.name: ids.numel() - 1 - t.length for t in (draft, slim) if t is not None}
+            arm = chooser.choose(rng, lag, proposal.numel())
+            run = min(2 * run, AR_RUN) if arm.mode == "ar" and run else int(arm.mode == "ar")
+            seen = []
+            for _ in range(max(run, 1)):
+                if out.done:
+                    break
+                start, state = out.ids, generator.get_state() if trace is not None else None
+                seen += one_block(arm)
+                if trace is not None:
+                    trace.append((arm, start, state, out.ids[start.numel():].tolist()))
+            if arm.mode != "lookup":
+                seen += _lookup_seen(proposal, out.ids[ids.numel():])
+            chooser.observe(seen)
+            for t in timed:
+                chooser.observe_forwards(t.name, t.log)
+                t.log.clear()
+    finally:
         for t in timed:
-            calls, fed, seconds = before[t.name]
-            chooser.observe_time(t.name, t.calls - calls, t.fed - fed, t.seconds - seconds)
-        if trace is not None:
-            trace.append((arm, ids, state, emitted.tolist()))
+            t.log = None
     return out.result()

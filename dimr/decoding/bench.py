@@ -15,6 +15,7 @@ compilation gained over the eager rows.
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -57,6 +58,7 @@ class BenchRow:
     speedup_cpu: float = float("nan")
     predicted: float = float("nan")
     modelled: float = float("nan")  # tokens/s the cost table predicts from this row's calls and tokens fed
+    speedup_median: float = float("nan")  # median over passes of the pass's tok/s ratio to ar's in that pass
 
 
 @dataclass
@@ -138,13 +140,16 @@ def output_nll(decoder: Decoder, prompt: torch.Tensor, tokens: list[int]) -> tup
 
 def run_bench(decoder: Decoder, prompts: list[str], modes: list[str], config: DecodeConfig,
               hf: bool | Sequence[str] = True, warmup: bool = True, compiled: bool = False,
-              ladder: Decoder | None = None) -> BenchReport:
+              ladder: Decoder | None = None, passes: int = 1) -> BenchReport:
     """Decode every prompt with every mode (``ar`` first) and the assisted-generation peer; with ``compiled``,
     every mode again on static caches and compiled forwards (compiled before the measurement). ``ladder``:
     the same verifier and slim with a heavier slim as draft tier (`Decoder.load(draft_slim=...)`), which the
     rows ``ladder@γxΓ`` decode with ``hier``; its cost table is ``decoder``'s with the draft re-measured.
 
     Modes are interleaved prompt by prompt, so that a change of load on a shared machine hits every row alike.
+    ``passes``: the whole set that many times; per prompt and row the fastest pass is kept (interference only
+    adds time), and ``speedup_median`` is the median over passes of each pass's own ratio to ``ar``. Each pass
+    starts ``auto`` from a fresh chooser, so every pass is the same experiment.
     """
     modes = ["ar"] + [m for m in modes if m != "ar"]
     peers = list(HF_PEERS if hf is True else hf or [])
@@ -172,10 +177,24 @@ def run_bench(decoder: Decoder, prompts: list[str], modes: list[str], config: De
     if warmup:  # first-call allocations and lazy initialisation are not part of the measurement
         for name in names:
             _decode(decoders, name, encoded[0], replace(config, max_new_tokens=min(8, config.max_new_tokens)))
-    for ids in encoded:
-        for row in rows:
-            tokens, stats = _decode(decoders, row.mode, ids, config)
+    kept: dict[tuple[int, int], tuple[list[int], DecodeStats]] = {}
+    totals = [[[0, 0.0] for _ in rows] for _ in range(passes)]  # per pass and row: tokens, seconds
+    for p in range(passes):
+        for dec in decoders.values():
+            dec.chooser = None
+        for i, ids in enumerate(encoded):
+            for j, row in enumerate(rows):
+                tokens, stats = _decode(decoders, row.mode, ids, config)
+                totals[p][j][0] += stats.tokens
+                totals[p][j][1] += stats.wall_seconds
+                if (i, j) not in kept or stats.wall_seconds < kept[(i, j)][1].wall_seconds:
+                    kept[(i, j)] = tokens, stats
+    for j, row in enumerate(rows):
+        for i in range(len(encoded)):
+            tokens, stats = kept[(i, j)]
             row.stats, row.outputs = row.stats.merge(stats), row.outputs + [tokens]
+        ratios = [(t[j][0] / t[j][1]) / (t[0][0] / t[0][1]) for t in totals if t[j][1] and t[0][1]]
+        row.speedup_median = statistics.median(ratios) if ratios else float("nan")
     _score(decoder, rows, encoded, config)
     c_rel = _relative_costs(rows, "")
     for suffix in (k for k in decoders if k != LADDER):  # ladder rows are eager rows, beside ar

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -236,11 +236,12 @@ class Acceptance:
         return self.rates[(proposer, target)]
 
 
-def block(mode: str, gamma: int, acceptance: Acceptance, costs: Costs, window: int = 0,
+def block(mode: str, gamma: int, acceptance: Acceptance, costs: Callable[[str, int], float], window: int = 0,
           proposer: str = "draft") -> tuple[float, float]:
     """(expected tokens, seconds) of one block of ``mode`` (ar | sd | self | lookup | hier) at γ (and Γ).
 
-    ``proposer``: the draft tier of ``sd`` and ``hier`` (``draft`` or ``lookup``). i.i.d. acceptance.
+    ``costs``: c(tier, n), a :class:`Costs` or any such pricing (``auto``'s measured one). ``proposer``: the
+    draft tier of ``sd`` and ``hier`` (``draft`` or ``lookup``). i.i.d. acceptance.
     """
     if mode == "ar":
         return 1.0, costs("full", 1)

@@ -97,9 +97,5 @@ class SharedPrefix:
         logits = self.tail(inputs_embeds=hidden[None], position_ids=positions[None], cache_position=positions,
                            cache=Cache(layers=layers[self.f:]), use_cache=True, logits_to_keep=keep).logits[0]
         full.length += n
-        full.calls += 1
-        full.fed += n
-        full.sizes[n] = full.sizes.get(n, 0) + 1
-        full.seconds += time.perf_counter() - t0
-        full.cpu_seconds += time.process_time() - c0
+        full.count(n, (t0, c0) if full.timed else None)
         return logits

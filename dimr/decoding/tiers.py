@@ -70,6 +70,7 @@ class Tier:
     seconds: float = field(init=False, default=0.0)
     cpu_seconds: float = field(init=False, default=0.0)
     keep_hidden: bool = False  # also keep the last hidden states of each forward (relaxed rules)
+    log: list[tuple[int, float]] | None = None  # if a list (and timed): (tokens fed, seconds) of every forward
     hidden: Tensor | None = field(init=False, default=None)  # [keep, d] after the final norm, if keep_hidden
     static: bool = field(init=False, default=False)  # whether this decode runs on the static cache
     _static_cache: Cache | None = field(init=False, default=None, repr=False)
@@ -143,15 +144,22 @@ class Tier:
             hidden = None if hidden is None else hidden[-keep:]
         self.length += n
         self.hidden = hidden
+        if self.timed and logits.device.type == "cuda":
+            torch.cuda.synchronize(logits.device)
+        self.count(n, (t0, c0) if self.timed else None)
+        return logits
+
+    def count(self, n: int, started: tuple[float, float] | None) -> None:
+        """Count one forward of ``n`` tokens begun at ``started`` (perf_counter, process_time; None: untimed)."""
         self.calls += 1
         self.fed += n
         self.sizes[n] = self.sizes.get(n, 0) + 1
-        if self.timed:
-            if logits.device.type == "cuda":
-                torch.cuda.synchronize(logits.device)
-            self.seconds += time.perf_counter() - t0
-            self.cpu_seconds += time.process_time() - c0
-        return logits
+        if started is not None:
+            seconds = time.perf_counter() - started[0]
+            self.seconds += seconds
+            self.cpu_seconds += time.process_time() - started[1]
+            if self.log is not None:
+                self.log.append((n, seconds))
 
     def crop(self, length: int) -> None:
         """Keep the cache of the first ``length`` tokens (no-op if it holds fewer)."""

@@ -36,14 +36,19 @@ HEAD_SCHEMA = 1
 
 
 class EnsembleHead(nn.Module):
-    """w = softmax(Linear([h_draft; h_target]))[0], the weight on the target; starts at exactly 0.5."""
+    """w = softmax(Linear([h_draft; h_target]))[0], the weight on the target; starts at exactly ``init_w``
+    (zero weights, the bias at logit(init_w); the authors' start is 0.5)."""
 
-    def __init__(self, d_draft: int, d_full: int) -> None:
+    def __init__(self, d_draft: int, d_full: int, init_w: float = 0.5) -> None:
         super().__init__()
+        if not 0.0 < init_w < 1.0:
+            raise DimrError(f"the head's starting weight {init_w} must lie strictly between 0 and 1")
         self.d_draft, self.d_full = d_draft, d_full
         self.linear = nn.Linear(d_draft + d_full, 2)
         nn.init.zeros_(self.linear.weight)
         nn.init.zeros_(self.linear.bias)
+        with torch.no_grad():
+            self.linear.bias[0] = math.log(init_w / (1 - init_w))
 
     def logits(self, h_draft: Tensor, h_full: Tensor) -> Tensor:
         return self.linear(torch.cat([h_draft.float(), h_full.float()], -1))
@@ -91,6 +96,7 @@ class TrainConfig:
     lr: float = 5e-4
     weight_decay: float = 0.01
     lam: float = 0.05  # λ on Σ(1 − TV(p_d, ν)), per token
+    init_w: float = 0.5  # the head's starting w (the authors': 0.5; near 1 starts at the verifier)
     baseline_momentum: float = 0.9
     max_new_tokens: int = 64
     temperature: float = 0.0  # the decoder's sampler the head is trained for
@@ -163,7 +169,7 @@ def train_head(draft: PreTrainedModel, full: PreTrainedModel, prompts: Sequence[
     """REINFORCE on the head only; both models stay frozen. ``prompts``: token ids [L] each."""
     t0 = time.perf_counter()
     torch.manual_seed(config.seed)
-    head = head or EnsembleHead(draft.config.hidden_size, full.config.hidden_size)
+    head = head or EnsembleHead(draft.config.hidden_size, full.config.hidden_size, config.init_w)
     head.to(full.device)
     opt = torch.optim.AdamW(head.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     sampler = Sampler(config.temperature, config.top_p)
