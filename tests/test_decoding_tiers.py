@@ -116,8 +116,9 @@ def test_auto_emits_what_the_chosen_mode_emits(decoder: Decoder):
     block function of the mode it chose, emits the same tokens."""
     config = DecodeConfig(max_new_tokens=NEW_TOKENS, gamma=3, temperature=0.8, seed=2)
     costs = Costs({"full": {1: 1.0, 9: 1.2}, "draft": {1: 0.1}, "slim": {1: 0.6, 9: 0.8}}, "test")
-    chooser = Chooser(costs, [Arm("ar"), Arm("sd", 2), Arm("self", 3), Arm("lookup", 4), Arm("hier", 2, 4)],
-                      adapt=False)  # the made-up table alone decides, so that the modes mix
+    arms = [Arm("ar"), Arm("sd", 1), Arm("sd", 2), Arm("self", 1), Arm("self", 3), Arm("lookup", 1),
+            Arm("lookup", 4), Arm("hier", 1, 1), Arm("hier", 2, 4)]  # γ = 1 arms: open before any acceptance
+    chooser = Chooser(costs, arms, adapt=False)  # the made-up table alone decides, so that the modes mix
     trace: list = []
     auto(chooser, decoder.full, decoder.draft, decoder.slim, PROMPT, config, decoder.vocab_size, trace)
     assert len({arm.mode for arm, *_ in trace}) >= 2  # the decode really mixed modes
@@ -192,6 +193,21 @@ def test_auto_prices_each_forward_size_by_its_own_measurements():
     assert chooser.price("full", 5) == pytest.approx(2.4, rel=1e-3) and chooser.price("full", 1) == 1.0
     assert chooser.price("full", 3) == pytest.approx(costs("full", 3) * chooser.scale["full"])  # unseen size
     assert {chooser.choose(rng, {"draft": 0}).mode for _ in range(20)} == {"ar"}  # 1.94 tokens in 2.8 s
+
+
+def test_auto_drafts_no_longer_than_its_evidence_allows():
+    """With free drafting and verification every sd arm beats ar, and the longest the most: a cold chooser
+    still only drafts 1 token (nothing accepted yet), and γ grows with the tokens seen accepted."""
+    import random
+
+    costs = Costs({"full": {1: 1.0, 17: 1.0}, "draft": {1: 0.0}}, "test")
+    chooser = Chooser(costs, [Arm("ar")] + [Arm("sd", g) for g in (1, 2, 4, 8)])
+    rng = random.Random(0)
+    assert {chooser.choose(rng, {"draft": 0}).label for _ in range(20)} == {"sd/1"}
+    chooser.observe([("draft", "full", 3, 3)])
+    assert {chooser.choose(rng, {"draft": 0}).label for _ in range(20)} == {"sd/4"}
+    chooser.observe([("draft", "full", 8, 8)])
+    assert {chooser.choose(rng, {"draft": 0}).label for _ in range(20)} == {"sd/8"}
 
 
 def test_auto_posterior_fades_to_its_horizon():

@@ -17,6 +17,10 @@ off by another factor than its one-token ones) still prices the arms as they run
 timing, so a sampled ``auto`` decode with a fixed seed may take other paths between runs; its law does not
 change. When ``ar`` wins again and again, each choice runs a longer stretch of ``ar`` tokens (up to
 :data:`AR_RUN`), which keeps the chooser's own time off the per-token cost where nothing speculates.
+
+An arm's γ (and Γ) is at most 1 + the tokens its tier pair has seen accepted, as an adaptive draft length
+starts short and grows on success: a draw from a posterior that has seen nothing accepted explores with one
+drafted token, which tells as much as eight (a rejection at the first) at a fraction of the cost.
 """
 
 from __future__ import annotations
@@ -120,6 +124,14 @@ class Chooser:
             rates[pair] = rng.betavariate(a + PRIOR[0], r + PRIOR[1])
         acceptance = Acceptance(rates)
 
+        def allowed(arm: Arm) -> bool:  # γ (Γ) at most 1 + the tokens the pair has seen accepted
+            if arm.mode == "lookup" and lookup_len <= 0:
+                return False
+            caps = {"sd": ((arm.gamma, "draft", "full"),), "self": ((arm.gamma, "slim", "full"),),
+                    "lookup": ((min(arm.gamma, lookup_len), "lookup", "full"),),
+                    "hier": ((arm.gamma, "draft", "slim"), (arm.window, "slim", "full"))}.get(arm.mode, ())
+            return all(n <= 1 + self.counts.get((a, b), (0.0, 0.0))[0] for n, a, b in caps)
+
         def speed(arm: Arm) -> float:
             gamma = min(arm.gamma, lookup_len) if arm.mode == "lookup" else arm.gamma
             tokens, seconds = block(arm.mode, gamma, acceptance, self.price, arm.window)
@@ -127,7 +139,7 @@ class Chooser:
                 seconds += self.price(tier, lag[tier] + 1) - self.price(tier, 1)
             return tokens / seconds
 
-        arm = max([a for a in self.arms if a.mode != "lookup" or lookup_len > 0] or self.arms, key=speed)
+        arm = max([a for a in self.arms if allowed(a)] or self.arms[:1], key=speed)
         self.chosen[arm.label] = self.chosen.get(arm.label, 0) + 1
         return arm
 

@@ -7,6 +7,7 @@ proposer (early exit…) only has to implement :class:`Proposer`.
 
 from __future__ import annotations
 
+import math
 from typing import Protocol
 
 import torch
@@ -92,7 +93,9 @@ class NgramProposer:
                 stop_below: float = 0.0) -> tuple[Tensor, Tensor, Tensor]:
         tokens = lookup(ids, gamma, self.max_ngram, self.min_ngram)
         probs = torch.nn.functional.one_hot(tokens, self.vocab_size).float()
-        return tokens, probs, probs.log()
+        # log of the one-hot rows, built directly: `probs.log()` costs ~2 ms per block at a 49k vocabulary
+        logits = torch.full_like(probs, -math.inf).scatter_(-1, tokens[:, None], 0.0)
+        return tokens, probs, logits
 
     def keep(self, length: int) -> None:
         pass
