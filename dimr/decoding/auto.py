@@ -9,8 +9,8 @@ current sequence, so the output law is the full verifier's whatever the choices;
 the tokens emitted (each match is an unbiased draw of its acceptance q(x)), and its arms only compete in
 blocks where the last n-gram occurred before, priced at the length of what followed it.
 
-The posterior counts live in the :class:`Chooser` and carry over between prompts, halved at each new one and
-faded to at most :data:`HORIZON` tested tokens (running estimates that still adapt per prompt). The chooser
+The posterior counts live in the :class:`Chooser` and carry over between prompts, faded to at most
+:data:`HORIZON` tested tokens per pair (running estimates that still adapt to a new prompt). The chooser
 also times every forward it asks for: per tier and per forward size, a running ratio of measured to tabled
 seconds rescales the cost table, so a table measured under other load (or one whose multi-token entries are
 off by another factor than its one-token ones) still prices the arms as they run now. Choices then depend on
