@@ -42,6 +42,7 @@ GAMMAS = (1, 2, 3, 4, 6, 8)
 HIER = ((1, 4), (2, 4), (2, 8), (4, 8), (4, 12), (4, 16))  # (γ, Γ)
 PAIRS = (("draft", "full"), ("slim", "full"), ("lookup", "full"), ("draft", "slim"))
 CATCH_UP = {"sd": ("draft",), "self": ("slim",), "hier": ("draft", "slim")}  # tiers an arm brings up to date
+DRAFTS = {"sd": ("draft", "full"), "self": ("slim", "full"), "lookup": ("lookup", "full")}  # two-tier arms' pair
 PRIOR = (1.0, 2.0)  # Beta(accepted + 1, rejected + 2): a mildly pessimistic start (mean 1/3)
 HORIZON = 256.0  # tested tokens a pair's posterior holds at most: older evidence fades (exponential forgetting)
 RATE = 0.1  # weight of the newest forward in the running measured/tabled time ratio
@@ -118,23 +119,23 @@ class Chooser:
     def choose(self, rng: random.Random, lag: dict[str, int], lookup_len: int = GAMMAS[-1]) -> Arm:
         """The arm of highest sampled tokens/s; ``lag[tier]``: tokens a tier's cache is behind;
         ``lookup_len``: tokens the n-gram proposer has to offer now (none: its arms are left out)."""
-        rates = {}
+        rates, limit = {}, {}
         for pair in PAIRS:
             a, r = self.counts.get(pair, (0.0, 0.0))
             rates[pair] = rng.betavariate(a + PRIOR[0], r + PRIOR[1])
+            limit[pair] = 1 + a  # γ (Γ) at most 1 + the tokens the pair has seen accepted
         acceptance = Acceptance(rates)
 
-        def allowed(arm: Arm) -> bool:  # γ (Γ) at most 1 + the tokens the pair has seen accepted
-            if arm.mode == "lookup" and lookup_len <= 0:
-                return False
-            caps = {"sd": ((arm.gamma, "draft", "full"),), "self": ((arm.gamma, "slim", "full"),),
-                    "lookup": ((min(arm.gamma, lookup_len), "lookup", "full"),),
-                    "hier": ((arm.gamma, "draft", "slim"), (arm.window, "slim", "full"))}.get(arm.mode, ())
-            return all(n <= 1 + self.counts.get((a, b), (0.0, 0.0))[0] for n, a, b in caps)
+        def gamma(arm: Arm) -> int:  # what the arm drafts now: lookup offers at most ``lookup_len`` tokens
+            return min(arm.gamma, lookup_len) if arm.mode == "lookup" else arm.gamma
+
+        def allowed(arm: Arm) -> bool:
+            if arm.mode == "hier":
+                return arm.gamma <= limit[("draft", "slim")] and arm.window <= limit[("slim", "full")]
+            return arm.mode not in DRAFTS or 0 < gamma(arm) <= limit[DRAFTS[arm.mode]]
 
         def speed(arm: Arm) -> float:
-            gamma = min(arm.gamma, lookup_len) if arm.mode == "lookup" else arm.gamma
-            tokens, seconds = block(arm.mode, gamma, acceptance, self.price, arm.window)
+            tokens, seconds = block(arm.mode, gamma(arm), acceptance, self.price, arm.window)
             for tier in CATCH_UP.get(arm.mode, ()):
                 seconds += self.price(tier, lag[tier] + 1) - self.price(tier, 1)
             return tokens / seconds
