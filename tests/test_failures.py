@@ -91,3 +91,24 @@ def test_out_of_memory_is_recognised_through_ray():
     assert is_out_of_memory(RayOOM("Task was killed due to the node running low on memory."))
     assert is_out_of_memory(MemoryError())
     assert not is_out_of_memory(ValueError("shape mismatch"))
+
+
+def test_interrupt_between_start_and_flight_leaves_no_running_trial(tmp_path, setup, monkeypatch):
+    """Ctrl-C can land after a trial's start committed and before the driver holds it: it is failed too."""
+    from dimr.search import driver
+
+    url, real, calls = f"sqlite:///{tmp_path / 'd.db'}", driver.Driver._launch, []
+
+    def launch(self, started, mask):
+        calls.append(started.trial.number)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(self, started, mask)
+
+    monkeypatch.setattr(driver.Driver, "_launch", launch)
+    with pytest.raises(driver.SearchInterrupted):
+        search(url, setup, Flaky(setup[1], []))
+    assert TrialState.RUNNING not in states(url)
+    assert states(url)[calls[2]] == TrialState.FAIL  # the started trial nobody held
+    monkeypatch.setattr(driver.Driver, "_launch", real)
+    assert search(url, setup, Flaky(setup[1], [])).complete == 8  # its mask was released for the retry

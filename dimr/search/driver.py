@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from datetime import datetime
 
@@ -94,6 +95,8 @@ class Driver:
         self._taken: dict[str, bool] = {}  # the ledger's answers during one ask (the claim has the last word)
         sampler.is_taken = self._is_taken
         self._inflight: dict[int, tuple[FrozenTrial, Mask]] = {}
+        # Tags this run's trials: Ctrl-C can land after a start committed and before the trial is in flight.
+        self.run_id = uuid.uuid4().hex[:12]
         self._lock = threading.Lock()
         self._next_check = 0.0
         self._best_cost: float | None = None
@@ -145,13 +148,14 @@ class Driver:
             mask = self._check_budget(params)
             phase = trial.user_attrs.get("phase") or self.sampler.phase(number)
             key = self.budget.key(mask)
-            started = self.store.start(key, params, {"mask": key, "phase": phase},
+            started = self.store.start(key, params, {"mask": key, "phase": phase, "run": self.run_id},
                                        self.options.trials, system_attrs=system, waiting=waiting)
             if started is not None:
                 return self._launch(started, mask)
             skip.add(waiting.number)  # another driver took this enqueued trial first
         masks = [self._check_budget(params) for params in batch]
-        items = [(self.budget.key(m), params, {"mask": self.budget.key(m), "phase": self.sampler.phase(number + j)})
+        items = [(self.budget.key(m), params, {"mask": self.budget.key(m), "phase": self.sampler.phase(number + j),
+                   "run": self.run_id})
                  for j, (m, params) in enumerate(zip(masks, batch, strict=True))]
         held = 0
         for one, mask in zip(self.store.start_many(items, self.options.trials), masks, strict=False):
@@ -321,19 +325,23 @@ class Driver:
         self.sampler.profile, self._profile_due = profile, False
 
     def _hand_back(self) -> None:
-        """Interrupted: FAIL the trials in flight and release their masks for the next run. With the database
-        gone, leave them: the next run fails them (their driver is dead) and retries their masks."""
+        """Interrupted: FAIL the trials in flight and release their masks for the next run, with any trial this
+        run started but had not yet put in flight. With the database gone, leave them: the next run fails them
+        (their driver is dead) and retries their masks."""
         with self._lock:
-            leftovers = list(self._inflight.values())
+            leftovers = [(t, self.budget.key(m)) for t, m in self._inflight.values()]
             self._inflight.clear()
-        for trial, mask in leftovers:
-            try:
-                if self.store.fail(trial, self.budget.key(mask)) is not None:
+        try:
+            known = {t.number for t, _ in leftovers}
+            leftovers += [(t, t.user_attrs["mask"]) for t in self.store.trials(self.study)
+                          if t.state == TrialState.RUNNING and t.user_attrs.get("run") == self.run_id
+                          and t.number not in known]
+            for trial, key in leftovers:
+                if self.store.fail(trial, key) is not None:
                     self.sampler.after_trial(self.study, trial, TrialState.FAIL, None)
-            except Exception as e:  # noqa: BLE001 - only database faults are left to the next run
-                if fault_of(e) is None:
-                    raise
-                return
+        except Exception as e:  # noqa: BLE001 - only database faults are left to the next run
+            if fault_of(e) is None:
+                raise
 
     def _summary(self) -> SearchResult:
         self.result.complete, _ = self.store.counts()
