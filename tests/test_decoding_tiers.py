@@ -210,6 +210,20 @@ def test_auto_drafts_no_longer_than_its_evidence_allows():
     assert {chooser.choose(rng, {"draft": 0}).label for _ in range(20)} == {"sd/8"}
 
 
+def test_auto_tries_a_mode_that_only_pays_at_a_long_gamma():
+    """Verifying 2 tokens costs 1.9 single steps and 5 tokens no more: sd/1 never beats ar (2 tokens in 2 s at
+    best), sd/4 beats it whenever α > 0.6. A cold chooser still tries sd, at the γ its evidence allows."""
+    import random
+
+    costs = Costs({"full": {1: 1.0, 2: 1.9, 17: 1.9}, "draft": {1: 0.1}}, "test")
+    chooser = Chooser(costs, [Arm("ar"), Arm("sd", 1), Arm("sd", 4)])
+    rng = random.Random(0)
+    labels = [chooser.choose(rng, {"draft": 0}).label for _ in range(200)]
+    assert "sd/1" in labels and "sd/4" not in labels and labels.count("ar") > labels.count("sd/1")
+    chooser.observe([("draft", "full", 300, 400)])  # α = 0.75 seen: sd/4 runs
+    assert {chooser.choose(rng, {"draft": 0}).label for _ in range(20)} == {"sd/4"}
+
+
 def test_auto_posterior_fades_to_its_horizon():
     from dimr.decoding.auto import HORIZON
 

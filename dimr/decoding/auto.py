@@ -18,9 +18,11 @@ timing, so a sampled ``auto`` decode with a fixed seed may take other paths betw
 change. When ``ar`` wins again and again, each choice runs a longer stretch of ``ar`` tokens (up to
 :data:`AR_RUN`), which keeps the chooser's own time off the per-token cost where nothing speculates.
 
-An arm's γ (and Γ) is at most 1 + the tokens its tier pair has seen accepted, as an adaptive draft length
-starts short and grows on success: a draw from a posterior that has seen nothing accepted explores with one
-drafted token, which tells as much as eight (a rejection at the first) at a fraction of the cost.
+The draw picks the mode; the evidence caps its bet. An arm's γ (and Γ) runs at most 1 + the tokens its tier
+pair has seen accepted, as an adaptive draft length starts short and grows on success: when the draw's best
+arm is longer than that, the chooser runs the same mode at the best γ within the cap. A pair that only pays
+at a long γ (a verification of 5 tokens costing little more than one of 2) is thus still tried, and a cold
+try costs one drafted token, which tells as much as eight when the first is rejected.
 """
 
 from __future__ import annotations
@@ -123,7 +125,7 @@ class Chooser:
         for pair in PAIRS:
             a, r = self.counts.get(pair, (0.0, 0.0))
             rates[pair] = rng.betavariate(a + PRIOR[0], r + PRIOR[1])
-            limit[pair] = 1 + a  # γ (Γ) at most 1 + the tokens the pair has seen accepted
+            limit[pair] = 1 + a  # γ (Γ) runs at most 1 + the tokens the pair has seen accepted
         acceptance = Acceptance(rates)
 
         def gamma(arm: Arm) -> int:  # what the arm drafts now: lookup offers at most ``lookup_len`` tokens
@@ -140,7 +142,13 @@ class Chooser:
                 seconds += self.price(tier, lag[tier] + 1) - self.price(tier, 1)
             return tokens / seconds
 
-        arm = max([a for a in self.arms if allowed(a)] or self.arms[:1], key=speed)
+        # The draw's best arm, whatever its evidence, says which mode to try; a pair with little evidence then
+        # bets small: the same mode at the best γ its evidence allows (else the best allowed arm).
+        offered = [a for a in self.arms if a.mode != "lookup" or gamma(a) > 0]
+        arm = max(offered or self.arms[:1], key=speed)
+        if not allowed(arm):
+            within = [a for a in offered if allowed(a)]
+            arm = max([a for a in within if a.mode == arm.mode] or within or self.arms[:1], key=speed)
         self.chosen[arm.label] = self.chosen.get(arm.label, 0) + 1
         return arm
 
