@@ -37,7 +37,8 @@ def diversed_train(
     init_w: float = typer.Option(0.5, "--init-w", help="the head's starting weight on the verifier, in (0, 1) "
                                  "(0.5: the authors'; near 1 when the ensemble at 0.5 never earns a reward)"),
     n_prompts: int = typer.Option(256, "--prompts", help="training prompts"),
-    reward: str = typer.Option("exact", "--reward", help="arithmetic: exact | exact+steps"),
+    reward: str = typer.Option("exact", "--reward",
+                               help="arithmetic: exact | exact+steps; addition (smollm2): exact | exact+sum"),
     max_new_tokens: int = typer.Option(96, "--max-new-tokens", help="rollout length cap"),
     temperature: float = typer.Option(0.0, "--temperature", help="the decoder temperature the head is for"),
     seed: int = typer.Option(0, "--seed"),

@@ -227,6 +227,8 @@ def _cases(tmp: Path, db: str, slim: Path) -> dict[str, tuple[list[str], str]]:
         "diversed steps zero": (["diversed", "train", "--pair", "tiny-random", "--steps", "0"], "--steps"),
         "diversed threads negative": (["diversed", "train", "--pair", "tiny-random", "--threads=-2"], "--threads"),
         "diversed init-w one": (["diversed", "train", "--pair", "tiny-random", "--init-w", "1"], "--init-w"),
+        "diversed reward of another task": (["diversed", "train", "--pair", "tiny-random", "--reward", "exact+sum"],
+                                            "use exact or exact+steps"),
         "bench-relaxed unknown method": (["bench-relaxed", "--pair", "tiny-random", "--methods", "nope"],
                                          "unknown method"),
         "bench-relaxed bad workload": (["bench-relaxed", "--pair", "tiny-random", "--workloads", "poems"],

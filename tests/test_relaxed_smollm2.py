@@ -32,6 +32,11 @@ def test_addition_training_prompts_exclude_the_held_out_problems():
     a, b = (int(w) for w in question.split() if w.isdigit())
     right, wrong = (tok(f"{a} + {b} = {s}.", return_tensors="pt").input_ids[0] for s in (a + b, a + b + 1))
     assert reward(0, right) == 1.0 and reward(0, wrong) == 0.0
+    _, partial, _ = task_setup("addition", tok, None, None, 200, torch.device("cpu"), reward_kind="exact+sum")
+    said, drifted = (tok(f"{a} + {b} = {a + b}. Then {t}", return_tensors="pt").input_ids[0] for t in ("", 7))
+    assert partial(0, right) == 2.0 and partial(0, wrong) == 0.0  # right and ends on it / never says it
+    assert partial(0, drifted) == 1.0 and reward(0, drifted) == 0.0  # says the sum, then drifts to another number
+    assert partial(0, said) == 2.0
 
 
 def test_diversed_trains_on_smollm2_in_a_few_steps(tmp_path):

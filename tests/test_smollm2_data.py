@@ -52,4 +52,5 @@ def test_task_items_and_checker():
     assert sd.task_answer("36 + 21 = 57. So Mia has 57 marbles.") == 57
     assert sd.task_answer("The answer is 1,024.") == 1024
     assert sd.task_answer("no number") is None
+    assert sd.integers("3 + 1,024 = 1,027, not -2.") == [3, 1024, 1027, -2] and sd.integers("none") == []
     assert sd.task_answer("30 + 84 = 114.\n#### 114\nLena has 114 books.\n#### 2") == 114

@@ -7,7 +7,9 @@ Tasks (the reward is sequence-level, as in the paper):
   ``exact+steps`` plus the share of correct worked steps (dense, for pairs whose exact match is rare).
 - ``addition`` (``smollm2``): the pair's single-step addition word problems in its chat template, training
   problems drawn with a seed of their own and never one of the held-out ``task_addition.jsonl`` questions;
-  reward 1 if the answer (:func:`dimr.zoo.smollm2_data.task_answer`) is right, else 0;
+  reward 1 if the answer (:func:`dimr.zoo.smollm2_data.task_answer`) is right, else 0; with ``exact+sum`` plus
+  1 if the right sum appears anywhere in the answer (partial credit: a 0/1 reward the rollouts never earn
+  teaches nothing);
 - ``toy-draft`` / ``toy-full``: a dense toy reward that favours the draft (resp. the full verifier): the share
   of rollout tokens that are that model's greedy choice. Used by the tests; it shows which way w moves.
 """
@@ -34,7 +36,7 @@ from dimr.relaxed.diversed import (
 
 TASKS = ("arithmetic", "addition", "toy-draft", "toy-full")
 PAIR_TASK = {"smollm2": "addition"}  # a pair's own verifiable task; arithmetic for the others
-REWARDS = ("exact", "exact+steps")
+REWARDS = {"arithmetic": ("exact", "exact+steps"), "addition": ("exact", "exact+sum")}  # per task; others: exact
 TRAIN_SEED = 4321  # problem generator seed for training prompts (held-out problems are excluded)
 REPORT_PROMPTS = 8  # held-out prompts the trained head is rolled out on for its w-by-token-type report
 
@@ -56,21 +58,26 @@ def default_task(pair: str) -> str:
     return PAIR_TASK.get(pair, "arithmetic")
 
 
+def check_task(task: str, reward_kind: str) -> None:
+    """One line (DimrError) for an unknown task, or a reward the task does not offer."""
+    if task not in TASKS:
+        raise DimrError(f"unknown task {task!r}; use one of {', '.join(TASKS)}")
+    kinds = REWARDS.get(task, ("exact",))
+    if reward_kind not in kinds:
+        raise DimrError(f"unknown reward {reward_kind!r} for task {task}; use {' or '.join(kinds)}")
+
+
 def task_setup(task: str, tokenizer, draft, full, n_prompts: int, device: torch.device, reward_kind: str = "exact"
                ) -> tuple[list[Tensor], RewardFn, list[Tensor]]:
     """Training prompts (token ids), the reward for ``task`` (arithmetic: ``exact`` or ``exact+steps``) and a few
     held-out prompts for the report."""
-    if task not in TASKS:
-        raise DimrError(f"unknown task {task!r}; use one of {', '.join(TASKS)}")
-    if reward_kind not in REWARDS or (task == "addition" and reward_kind != "exact"):
-        raise DimrError(f"unknown reward {reward_kind!r} for task {task}; use "
-                        f"{'exact' if task == 'addition' else ' or '.join(REWARDS)}")
+    check_task(task, reward_kind)
 
     def encode(texts: list[str]) -> list[Tensor]:
         return [tokenizer(t, return_tensors="pt", add_special_tokens=False).input_ids[0].to(device) for t in texts]
 
     if task == "addition":
-        from dimr.zoo.smollm2_data import SMOLLM2_DATA, addition_problems, chat, read_jsonl, task_answer
+        from dimr.zoo.smollm2_data import SMOLLM2_DATA, addition_problems, chat, integers, read_jsonl, task_answer
 
         held = read_jsonl(SMOLLM2_DATA / "task_addition.jsonl")
         exclude = {r["question"] for r in held}
@@ -81,7 +88,9 @@ def task_setup(task: str, tokenizer, draft, full, n_prompts: int, device: torch.
                             "pass fewer --prompts")
 
         def reward(i: int, tokens: Tensor) -> float:
-            return float(task_answer(tokenizer.decode(tokens, skip_special_tokens=True)) == problems[i]["answer"])
+            text, answer = tokenizer.decode(tokens, skip_special_tokens=True), problems[i]["answer"]
+            exact = float(task_answer(text) == answer)
+            return exact + (float(answer in integers(text)) if reward_kind == "exact+sum" else 0.0)
 
         return encode([chat(tokenizer, p["question"]) for p in problems]), reward, encode(
             [r["text"] for r in held[:REPORT_PROMPTS]])
@@ -115,6 +124,7 @@ def train_for_pair(pair: str, task: str | None, out: Path, config: TrainConfig, 
     from dimr.decoding.sampling import Sampler
 
     task = task or default_task(pair)
+    check_task(task, reward_kind)  # before the models load
     dec = Decoder.load(pair, device=device, pairs_file=pairs_file)
     draft, full = dec.draft.model, dec.full.model
     prompts, reward, report = task_setup(task, dec.tokenizer, draft, full, n_prompts, dec.device, reward_kind)

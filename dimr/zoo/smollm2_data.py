@@ -337,11 +337,18 @@ _INT = re.compile(r"-?\d[\d,]*")
 _HASHES = re.compile(r"####\s*(-?\d[\d,]*)")
 
 
+def integers(text: str) -> list[int]:
+    """Every integer written in ``text`` (thousands separators allowed), in order."""
+    return [int(x.replace(",", "")) for x in _INT.findall(text)]
+
+
 def task_answer(completion: str) -> int | None:
     """The integer after the first ``####`` (SmolLM2 often answers GSM8K-style), else the last integer."""
     m = _HASHES.search(completion)
-    found = [m.group(1)] if m else _INT.findall(completion)
-    return int(found[-1].replace(",", "")) if found else None
+    if m:
+        return int(m.group(1).replace(",", ""))
+    found = integers(completion)
+    return found[-1] if found else None
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> None:
