@@ -13,7 +13,7 @@ from dimr.decoding import DecodeConfig, modes
 from dimr.decoding.auto import Arm, Chooser, auto
 from dimr.decoding.costs import GPUS, Acceptance, Costs, monotone, predict, predict_from_counts, roofline
 from dimr.decoding.decoder import Decoder
-from dimr.decoding.proposer import ModelProposer, NgramProposer, lookup
+from dimr.decoding.proposer import ModelProposer, NgramProposer, lookup, lookup_match
 from dimr.decoding.sampling import Sampler
 from dimr.decoding.sequence import Output
 from dimr.decoding.shared import SharedPrefix, first_skipped_of
@@ -37,6 +37,8 @@ def test_lookup_proposes_what_the_prompt_contains():
     assert lookup(ids, 3, max_ngram=1).tolist() == [5, 2, 3]  # (3,): its latest earlier occurrence
     assert lookup(ids, 8).tolist() == [4, 11, 3, 5, 2, 3]  # as much as there is
     assert lookup(torch.tensor([1, 2, 3, 4]), 3).numel() == 0  # nothing repeats
+    assert lookup_match(ids, 3)[1] == 2 and lookup_match(ids, 3, max_ngram=1)[1] == 1
+    assert lookup_match(torch.tensor([1, 2, 3, 4]), 3)[1] == 0
     tokens, probs, _ = NgramProposer(12).propose(ids, 2, Sampler(), None)
     assert tokens.tolist() == [4, 11] and probs.argmax(-1).tolist() == [4, 11] and probs.sum().item() == 2
 
@@ -222,6 +224,23 @@ def test_auto_tries_a_mode_that_only_pays_at_a_long_gamma():
     assert "sd/1" in labels and "sd/4" not in labels and labels.count("ar") > labels.count("sd/1")
     chooser.observe([("draft", "full", 300, 400)])  # α = 0.75 seen: sd/4 runs
     assert {chooser.choose(rng, {"draft": 0}).label for _ in range(20)} == {"sd/4"}
+
+
+def test_auto_prices_lookup_by_the_length_of_its_match():
+    """After a matched trigram the n-gram draft has been accepted 9 times in 10, after a single token 1 in 10:
+    lookup runs after the trigram only. Observations are filed under the match they came from."""
+    import random
+
+    from dimr.decoding.auto import _by_match, lookup_pair
+
+    costs = Costs({"full": {1: 1.0, 17: 2.0}}, "test")  # verifying 5 tokens: 1.25 steps
+    chooser = Chooser(costs, [Arm("ar"), Arm("lookup", 4)])
+    chooser.observe(_by_match([("lookup", "full", 900, 1000)], 3) + _by_match([("lookup", "full", 100, 1000)], 1))
+    assert set(chooser.counts) == {lookup_pair(3), lookup_pair(1)}
+    rng = random.Random(0)
+    assert {chooser.choose(rng, {}, 4, ngram=3).mode for _ in range(20)} == {"lookup"}
+    assert {chooser.choose(rng, {}, 4, ngram=1).mode for _ in range(20)} == {"ar"}
+    assert _by_match([("draft", "full", 1, 2)], 3) == [("draft", "full", 1, 2)]  # other pairs keep their key
 
 
 def test_auto_posterior_fades_to_its_horizon():

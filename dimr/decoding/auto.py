@@ -7,7 +7,9 @@ recent blocks) and runs one block of the fastest. Every block is one block of a 
 current sequence, so the output law is the full verifier's whatever the choices; greedy output equals
 ``ar``'s. The n-gram proposer is observed for free: after every block its would-be proposal is compared with
 the tokens emitted (each match is an unbiased draw of its acceptance q(x)), and its arms only compete in
-blocks where the last n-gram occurred before, priced at the length of what followed it.
+blocks where the last n-gram occurred before, priced at the length of what followed it. Its acceptance is
+kept per matched n-gram length (a proposal after a matched trigram is accepted far more often than one after a
+single matched token), so a block is priced with the rate of the match it would use.
 
 The posterior counts live in the :class:`Chooser` and carry over between prompts, faded to at most
 :data:`HORIZON` tested tokens per pair (running estimates that still adapt to a new prompt). The chooser
@@ -35,7 +37,7 @@ from torch import Tensor
 
 from dimr.decoding import modes
 from dimr.decoding.costs import FREE, Acceptance, Costs, block
-from dimr.decoding.proposer import NgramProposer, Proposer, lookup
+from dimr.decoding.proposer import NgramProposer, Proposer, lookup_match
 from dimr.decoding.sequence import DecodeConfig, DecodeResult, Output
 from dimr.decoding.stats import DecodeStats
 from dimr.decoding.tiers import Tier
@@ -50,6 +52,12 @@ HORIZON = 256.0  # tested tokens a pair's posterior holds at most: older evidenc
 RATE = 0.1  # weight of the newest forward in the running measured/tabled time ratio
 RATIO_BOUNDS = (0.2, 5.0)  # one forward's ratio is clipped to this: a single stall must not flip the table
 AR_RUN = 4  # ar chosen again and again runs 1, 2, 4… tokens per choice, up to this: fewer choices, same law
+LOOKUP = ("lookup", "full")
+
+
+def lookup_pair(ngram: int) -> tuple[str, str]:
+    """The key of the n-gram proposer's counts after a match of ``ngram`` tokens (0: the pooled key)."""
+    return (f"lookup@{ngram}", "full") if ngram else LOOKUP
 
 
 @dataclass(frozen=True)
@@ -118,12 +126,13 @@ class Chooser:
                 old = self.scale.get(key, self.scale.get(tier, 1.0))
                 self.scale[key] = old + RATE * (ratio - old)
 
-    def choose(self, rng: random.Random, lag: dict[str, int], lookup_len: int = GAMMAS[-1]) -> Arm:
+    def choose(self, rng: random.Random, lag: dict[str, int], lookup_len: int = GAMMAS[-1], ngram: int = 0) -> Arm:
         """The arm of highest sampled tokens/s; ``lag[tier]``: tokens a tier's cache is behind;
-        ``lookup_len``: tokens the n-gram proposer has to offer now (none: its arms are left out)."""
+        ``lookup_len``: tokens the n-gram proposer has to offer now (none: its arms are left out), after a match
+        of ``ngram`` tokens (its acceptance is drawn from that length's counts)."""
         rates, limit = {}, {}
         for pair in PAIRS:
-            a, r = self.counts.get(pair, (0.0, 0.0))
+            a, r = self.counts.get(lookup_pair(ngram) if pair == LOOKUP else pair, (0.0, 0.0))
             rates[pair] = rng.betavariate(a + PRIOR[0], r + PRIOR[1])
             limit[pair] = 1 + a  # γ (Γ) runs at most 1 + the tokens the pair has seen accepted
         acceptance = Acceptance(rates)
@@ -163,6 +172,11 @@ def _lookup_seen(proposal: Tensor, emitted: Tensor) -> list[modes.Observation]:
     return [("lookup", "full", accepted, min(accepted + 1, proposal.numel()))]
 
 
+def _by_match(seen: list[modes.Observation], ngram: int) -> list[modes.Observation]:
+    """The n-gram proposer's observations filed under the length of the match its proposal came from."""
+    return [(*lookup_pair(ngram), *o[2:]) if (o[0], o[1]) == LOOKUP else o for o in seen]
+
+
 @torch.inference_mode()
 def auto(chooser: Chooser, full: Tier, draft: Tier | None, slim: Tier | None, prompt: Tensor,
          config: DecodeConfig, vocab_size: int, trace: list | None = None,
@@ -195,9 +209,9 @@ def auto(chooser: Chooser, full: Tier, draft: Tier | None, slim: Tier | None, pr
     try:
         while not out.done:
             ids = out.ids
-            proposal = lookup(ids, GAMMAS[-1])
+            proposal, ngram = lookup_match(ids, GAMMAS[-1])
             lag = {t.name: ids.numel() - 1 - t.length for t in (draft, slim) if t is not None}
-            arm = chooser.choose(rng, lag, proposal.numel())
+            arm = chooser.choose(rng, lag, proposal.numel(), ngram)
             run = min(2 * run, AR_RUN) if arm.mode == "ar" and run else int(arm.mode == "ar")
             seen = []
             for _ in range(max(run, 1)):
@@ -209,7 +223,7 @@ def auto(chooser: Chooser, full: Tier, draft: Tier | None, slim: Tier | None, pr
                     trace.append((arm, start, state, out.ids[start.numel():].tolist()))
             if arm.mode != "lookup":
                 seen += _lookup_seen(proposal, out.ids[ids.numel():])
-            chooser.observe(seen)
+            chooser.observe(_by_match(seen, ngram))
             for t in timed:
                 chooser.observe_forwards(t.name, t.log)
                 t.log.clear()

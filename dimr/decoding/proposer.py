@@ -69,12 +69,17 @@ class ModelProposer:
 def lookup(ids: Tensor, gamma: int, max_ngram: int = 3, min_ngram: int = 1) -> Tensor:
     """Up to ``gamma`` tokens that followed the latest earlier occurrence of the longest suffix n-gram of
     ``ids`` (``max_ngram`` down to ``min_ngram`` tokens); empty if no suffix n-gram occurred before."""
+    return lookup_match(ids, gamma, max_ngram, min_ngram)[0]
+
+
+def lookup_match(ids: Tensor, gamma: int, max_ngram: int = 3, min_ngram: int = 1) -> tuple[Tensor, int]:
+    """:func:`lookup`'s proposal and the length of the n-gram it matched (0: none)."""
     for n in range(min(max_ngram, ids.numel() - 1), min_ngram - 1, -1):
         hits = (ids[:-1].unfold(0, n, 1) == ids[-n:]).all(-1).nonzero()  # windows ending before the last token
         if hits.numel():
             start = int(hits[-1, 0]) + n
-            return ids[start:start + gamma]
-    return ids[:0]
+            return ids[start:start + gamma], n
+    return ids[:0], 0
 
 
 class NgramProposer:
