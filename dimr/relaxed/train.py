@@ -69,7 +69,7 @@ def check_task(task: str, reward_kind: str) -> None:
 
 def task_setup(task: str, tokenizer, draft, full, n_prompts: int, device: torch.device, reward_kind: str = "exact"
                ) -> tuple[list[Tensor], RewardFn, list[Tensor]]:
-    """Training prompts (token ids), the reward for ``task`` (arithmetic: ``exact`` or ``exact+steps``) and a few
+    """Training prompts (token ids), the reward for ``task`` (``reward_kind``: one of :data:`REWARDS`) and a few
     held-out prompts for the report."""
     check_task(task, reward_kind)
 
