@@ -8,7 +8,7 @@ current sequence, so the output law is the full verifier's whatever the choices;
 ``ar``'s. The n-gram proposer is observed for free: after every block its would-be proposal is compared with
 the tokens emitted (each match is an unbiased draw of its acceptance q(x)), and its arms only compete in
 blocks where the last n-gram occurred before, priced at the length of what followed it. Its acceptance is
-kept per matched n-gram length (a proposal after a matched trigram is accepted far more often than one after a
+kept per matched n-gram length (a proposal after a matched trigram is accepted more often than one after a
 single matched token), so a block is priced with the rate of the match it would use.
 
 The posterior counts live in the :class:`Chooser` and carry over between prompts, faded to at most
@@ -143,7 +143,7 @@ class Chooser:
         def allowed(arm: Arm) -> bool:
             if arm.mode == "hier":
                 return arm.gamma <= limit[("draft", "slim")] and arm.window <= limit[("slim", "full")]
-            return arm.mode not in DRAFTS or 0 < gamma(arm) <= limit[DRAFTS[arm.mode]]
+            return arm.mode not in DRAFTS or gamma(arm) <= limit[DRAFTS[arm.mode]]
 
         def speed(arm: Arm) -> float:
             tokens, seconds = block(arm.mode, gamma(arm), acceptance, self.price, arm.window)

@@ -16,6 +16,7 @@ driver stopped during the profile leaves no trace of it, and the next run starts
 from __future__ import annotations
 
 import math
+import sys
 import threading
 import time
 import uuid
@@ -272,7 +273,7 @@ class Driver:
                     retrying(self._check)
         finally:
             stop.set()
-            self._hand_back()
+            self._hand_back(interrupted=isinstance(sys.exc_info()[1], KeyboardInterrupt))
 
     def _profile(self, cap: int) -> None:
         """Score every single-bit skip beside the trials in flight (``cap`` evaluations at a time), then store
@@ -324,18 +325,19 @@ class Driver:
         retrying(publish)
         self.sampler.profile, self._profile_due = profile, False
 
-    def _hand_back(self) -> None:
-        """Interrupted: FAIL the trials in flight and release their masks for the next run, with any trial this
-        run started but had not yet put in flight. With the database gone, leave them: the next run fails them
-        (their driver is dead) and retries their masks."""
+    def _hand_back(self, interrupted: bool) -> None:
+        """Stopped: FAIL the trials in flight and release their masks for the next run; after Ctrl-C also any
+        trial this run started but had not yet put in flight (only an asynchronous interrupt lands there). With
+        the database gone, leave them: the next run fails them (their driver is dead) and retries their masks."""
         with self._lock:
             leftovers = [(t, self.budget.key(m)) for t, m in self._inflight.values()]
             self._inflight.clear()
         try:
-            known = {t.number for t, _ in leftovers}
-            leftovers += [(t, t.user_attrs["mask"]) for t in self.store.trials(self.study)
-                          if t.state == TrialState.RUNNING and t.user_attrs.get("run") == self.run_id
-                          and t.number not in known]
+            if interrupted:
+                known = {t.number for t, _ in leftovers}
+                leftovers += [(t, t.user_attrs["mask"]) for t in self.store.trials(self.study)
+                              if t.state == TrialState.RUNNING and t.user_attrs.get("run") == self.run_id
+                              and t.number not in known]
             for trial, key in leftovers:
                 if self.store.fail(trial, key) is not None:
                     self.sampler.after_trial(self.study, trial, TrialState.FAIL, None)
