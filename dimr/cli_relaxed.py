@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 
-from dimr.cli import console, print_json
+from dimr.cli import console, err_console, print_json
 from dimr.errors import DimrError
 
 diversed_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="DIVERSED: train a learned ensemble head.")
@@ -95,7 +95,9 @@ def bench_relaxed(
                                  "SOURCE (fastest within tolerance of ar), report what it loses on TARGET"),
     costs_file: Path = typer.Option(None, "--costs", help="forward-cost table (`dimr bench-forward --json`); "
                                     "measured here if absent"),
-    out_json: Path = typer.Option(None, "--json-out", help="write all rows as JSON"),
+    out_json: Path = typer.Option(None, "--json-out", help="write the rows as JSON (rewritten after every row)"),
+    resume: bool = typer.Option(False, "--resume", help="continue the interrupted run in --json-out: its points "
+                                "are kept, only the missing ones are decoded (same settings required)"),
     plot: Path = typer.Option(None, "--plot", help="write the speed–quality PNG"),
     device: str = typer.Option(None, "--device"),
     threads: int = typer.Option(1, "--threads", help="torch intra-op threads"),
@@ -131,33 +133,62 @@ def bench_relaxed(
     if min([n_prompts, tokens, n_arith, n_code, arith_tokens, code_tokens]) < 0:
         raise DimrError("--prompts, --tokens, --n-* and --*-tokens must be 0 (default) or positive")
     pairs = rt.parse_transfer(transfer, works) if transfer else []
-    costs = Costs.load(costs_file) if costs_file is not None else None
-    _threads(threads)
-    decoder = Decoder.load(pair, device=device)
-    trained = load_head(head, decoder.draft.model, decoder.full.model)[0] if head is not None else None
+    saved, saved_meta = _saved_run(out_json, resume)
     loaded = [rw.load_workload(w, {"arithmetic": n_arith, "code": n_code}.get(w) or n_prompts or None,
                                {"arithmetic": arith_tokens, "code": code_tokens}.get(w) or tokens or None,
                                pair=pair) for w in works]
+    meta = {"pair": pair, "temperature": temperature, "seed": seed, "gammas": gamma_list,
+            "sweep_gamma": sweep_gamma if grid_gamma is None else grid_gamma,
+            "workloads": {w.name: {"prompts": len(w.prompts), "max_new_tokens": w.max_new_tokens} for w in loaded},
+            "drafters": draft_list, "n_arith": n_arith, "n_code": n_code, "head": str(head) if head else None}
+    if saved_meta is not None:
+        differs = rb.resume_mismatch(saved_meta, meta)
+        if differs:
+            raise DimrError(f"--resume: {out_json} was run with {differs}; rerun with its settings or give "
+                            "another --json-out")
+        meta["workloads"] = {**saved_meta.get("workloads", {}), **meta["workloads"]}
+    costs = Costs.load(costs_file) if costs_file is not None else (
+        Costs.from_dict(saved_meta["costs"]) if saved_meta and saved_meta.get("costs") else None)
+    _threads(threads)
+    decoder = Decoder.load(pair, device=device)
+    trained = load_head(head, decoder.draft.model, decoder.full.model)[0] if head is not None else None
     config = DecodeConfig(temperature=temperature, seed=seed, eos_token_ids=decoder.eos_token_ids())
     for note in rb.skipped(chosen, draft_list, trained):
         console.print(f"skipped: {note}", markup=False, highlight=False, soft_wrap=True)
     runs = 1 + sum(len(draft_list) * len(rb.sweep(m, gamma_list, grid_gamma or gamma_list[0], grid_points or None))
                    for m in chosen)
     budget = sum(w.max_new_tokens * len(w.prompts) for w in loaded) * runs
+    kept_note = f"; {len(saved)} rows kept from {out_json}" if saved else ""
     console.print(f"plan: up to {runs} decodes of {' + '.join(f'{len(w.prompts)}×{w.max_new_tokens}' for w in loaded)}"
-                  f" tokens (≤ {budget} tokens in all)", markup=False, highlight=False, soft_wrap=True)
+                  f" tokens (≤ {budget} tokens in all){kept_note}",
+                  markup=False, highlight=False, soft_wrap=True)
+    costs = costs or decoder.costs or decoder.measure_costs()
+    meta["costs"] = costs.to_dict()
+    finished: list = []
+    kept_ids = {id(r) for r in saved}
 
     def progress(row) -> None:
+        finished.append(row)
+        if out_json is not None:
+            done = {id(r) for r in finished}
+            rb.save_json(finished + [r for r in saved if id(r) not in done], out_json, {**meta, "created": rb.now()})
         console.print(f"{row.workload:10s} {row.drafter if row.mode != 'ar' else '':5s} γ={row.gamma} "
                       f"{row.label:28s} speedup {row.speedup:5.2f} (cost model {row.cost_speedup:5.2f})  "
                       f"acc.len {row.accepted_length:5.2f} (pred {row.predicted_accepted_length:5.2f})  "
-                      f"quality {rb.quality_of(row):7.3f}  out.len {row.output_length:5.1f}  rep4 {row.repetition:.2f}",
+                      f"quality {rb.quality_of(row):7.3f}  out.len {row.output_length:5.1f}  rep4 {row.repetition:.2f}"
+                      + ("  (kept)" if id(row) in kept_ids else ""),
                       markup=False, highlight=False, soft_wrap=True)
 
-    rows = rb.run_bench(decoder, loaded, chosen, config, gamma_list, grid_gamma, trained, progress,
-                        points=grid_points or None,
-                        gamma_methods=None if gamma_methods == "all" else gamma_methods.split(","),
-                        drafters=draft_list, costs=costs)
+    try:
+        rows = rb.run_bench(decoder, loaded, chosen, config, gamma_list, grid_gamma, trained, progress,
+                            points=grid_points or None,
+                            gamma_methods=None if gamma_methods == "all" else gamma_methods.split(","),
+                            drafters=draft_list, costs=costs, saved=saved)
+    except KeyboardInterrupt:
+        where = (f"{len(finished)} rows in {out_json}; the same command with --resume goes on from there"
+                 if out_json is not None else "nothing saved (no --json-out)")
+        err_console.print(f"interrupted: {where}", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(130) from None
     console.print(rb.format_table(rows), markup=False, highlight=False, soft_wrap=True)
     for note in rb.collapses(rows):
         console.print(f"collapse? {note}", markup=False, highlight=False, soft_wrap=True)
@@ -166,17 +197,33 @@ def bench_relaxed(
         console.print(f"transfer (tuned: fastest with quality ≥ ar − tol, tol {rt.TOLERANCE}):", markup=False,
                       highlight=False)
         console.print(rt.format_transfers(moved), markup=False, highlight=False, soft_wrap=True)
-    meta = {"pair": pair, "temperature": temperature, "seed": seed, "gammas": gamma_list,
-            "sweep_gamma": sweep_gamma if grid_gamma is None else grid_gamma,
-            "workloads": {w.name: {"prompts": len(w.prompts), "max_new_tokens": w.max_new_tokens} for w in loaded},
-            "drafters": draft_list, "n_arith": n_arith, "n_code": n_code, "head": str(head) if head else None,
-            "costs": (costs or decoder.costs).to_dict() if (costs or decoder.costs) else None,
-            "transfer": [vars(t) for t in moved], "created": rb.now()}
+    meta.update(transfer=[vars(t) for t in moved], created=rb.now())
     if out_json is not None:
         rb.save_json(rows, out_json, meta)
     if plot is not None:
         rb.plot(rows, plot, grid_gamma, title=f"{pair}: speed vs quality, T={temperature:g}")
         console.print(f"wrote {plot}", markup=False)
+
+
+def _saved_run(out_json: Path | None, resume: bool) -> tuple[list, dict | None]:
+    """The rows and meta --resume continues; refuses to overwrite a finished or interrupted run without it."""
+    from dimr.relaxed import bench as rb
+
+    if out_json is None:
+        if resume:
+            raise DimrError("--resume continues the rows of --json-out FILE; give that file")
+        return [], None
+    if not resume:
+        if out_json.exists():
+            raise DimrError(f"{out_json} exists: add --resume to continue that run, or give another --json-out")
+        return [], None
+    if not out_json.is_file():
+        raise DimrError(f"--resume: {out_json} does not exist; drop --resume to start a new run there")
+    try:
+        return rb.load_rows(out_json)
+    except (ValueError, KeyError, TypeError):
+        raise DimrError(f"--resume: {out_json} is not a bench-relaxed JSON file; give the file of the run to "
+                        "continue") from None
 
 
 def relaxed_methods(as_json: bool = typer.Option(False, "--json")) -> None:

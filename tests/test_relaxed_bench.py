@@ -254,6 +254,49 @@ def test_cli_bench_drafters_transfer_and_bad_input(capsys, tmp_path, tiny_pair):
         assert code == 2 and msg in err and "Traceback" not in err, args
 
 
+def test_an_interrupted_bench_resumes_where_it_stopped(capsys, tmp_path, tiny_pair, monkeypatch):
+    args = ("bench-relaxed", "--pair", "tiny-random", "--methods", "static", "--gammas", "3", "--sweep-gamma", "3",
+            "--grid-points", "1", "--prompts", "2", "--tokens", "6", "--temperature", "1")
+    whole, part = tmp_path / "whole.json", tmp_path / "part.json"
+    assert cli(capsys, *args, "--json-out", str(whole))[0] == 0
+    reference = {rb.point_key(r): r for r in rb.load_rows(whole)[0]}
+    real, calls = rb.run_one, []
+
+    def counted(*a, **k):
+        calls.append(a[3])
+        if len(calls) == limit:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(rb, "run_one", counted)
+    limit = 4
+    code, _, err = cli(capsys, *args, "--json-out", str(part))
+    assert code == 130 and "interrupted: 3 rows in" in err and "--resume" in err
+    first = rb.load_rows(part)[0]
+    assert len(first) == 3 and {rb.point_key(r) for r in first} < set(reference)
+    before = part.read_bytes()
+    for extra, msg in (((), "exists: add --resume"), (("--resume", "--temperature", "0.5"), "temperature 1.0"),
+                       (("--resume", "--tokens", "5"), "max new tokens on arithmetic")):
+        code, _, err = cli(capsys, *args, *extra, "--json-out", str(part))
+        assert code == 2 and msg in err and "Traceback" not in err, extra
+    assert part.read_bytes() == before  # refused runs leave the saved rows as they were
+    limit, calls[:] = 0, []
+    code, out, err = cli(capsys, *args, "--json-out", str(part), "--resume")
+    assert code == 0, err
+    assert len(calls) == len(reference) - 3 and out.count("(kept)") == 3  # only the missing points ran
+    resumed = {rb.point_key(r): r for r in rb.load_rows(part)[0]}
+    assert set(resumed) == set(reference)
+    for key, r in reference.items():  # same seeds: the same decodes, whichever run made them
+        assert (resumed[key].quality, resumed[key].loglik, resumed[key].output_length) == pytest.approx(
+            (r.quality, r.loglik, r.output_length), nan_ok=True), key
+    missing = tmp_path / "missing.json"
+    for extra, msg in ((("--resume",), "--resume continues the rows of --json-out"),
+                       (("--resume", "--json-out", str(missing)), "does not exist; drop --resume")):
+        code, _, err = cli(capsys, *args, *extra)
+        assert code == 2 and msg in err, extra
+    assert not missing.exists()
+
+
 # --- transfer ---------------------------------------------------------------------------------------------
 
 

@@ -34,6 +34,7 @@ from dimr.relaxed import METHODS, EnsembleHead
 from dimr.relaxed.metrics import mean_interval, ratio_interval, repetition
 from dimr.relaxed.predict import Recorder, survey_speedup
 from dimr.relaxed.workloads import EXACT, Workload, checker
+from dimr.userfiles import write_atomic
 
 DRAFTERS = {"model": "sd", "ngram": "lookup"}  # the draft tier → the decoding mode that runs it
 
@@ -93,6 +94,7 @@ class Row:
     speedup: float = math.nan
     predicted_speedup: float = math.nan  # the survey's S
     cost_speedup: float = math.nan  # the forward-cost model's prediction from this run's calls
+    cost_rate: float = math.nan  # the cost model's tokens/s for this row's calls (its ar's is the ratio's base)
     quality: float = math.nan
     steps: float = math.nan
     loglik: float = math.nan
@@ -207,22 +209,27 @@ def run_bench(decoder: Decoder, workloads: Sequence[Workload], methods: Sequence
               gammas: Sequence[int] = (3, 5, 8), full_grid_gamma: int | None = 5, head: EnsembleHead | None = None,
               progress: Callable[[Row], None] | None = None, points: int | None = None,
               gamma_methods: Sequence[str] | None = None, drafters: Sequence[str] = ("model",),
-              costs: Costs | None = None) -> list[Row]:
+              costs: Costs | None = None, saved: Sequence[Row] = ()) -> list[Row]:
     """Every (workload, drafter, γ, method, value) row plus ``ar`` per workload; speed-ups relative to that ``ar``.
 
     ``full_grid_gamma``: the γ where every grid value runs; None = the best lossless γ, chosen per workload and
     drafter from lossless runs at every γ of ``gammas`` (the fastest measured). ``points`` thins each grid;
     ``gamma_methods`` limits which methods run at the other γ; ``costs`` is the forward-cost table the
-    predictions price calls on (measured here if None).
+    predictions price calls on (measured here if None). ``saved``: rows of an earlier, interrupted run with
+    the same settings (:func:`load_rows`); a point found there is taken as it is, not decoded again.
     """
     costs = costs or decoder.costs or decoder.measure_costs()
+    kept = {point_key(r): r for r in saved}
     rows: list[Row] = []
     for work in workloads:
-        _, _, ar_row = run_one(decoder, work, config, "ar", lossless)
-        ar_row.method, ar_row.speedup, ar_row.cost_speedup = "ar", 1.0, 1.0
-        ar_row.speedup_ci = (1.0, 1.0)
-        ar_rate = predict_from_counts(ar_row.tokens, ar_row.stats.calls, ar_row.stats.fed, costs,
-                                      ar_row.stats.forwards)
+        ar_row = kept.get((work.name, "ar"))
+        if ar_row is None:
+            _, _, ar_row = run_one(decoder, work, config, "ar", lossless)
+            ar_row.method, ar_row.speedup, ar_row.cost_speedup = "ar", 1.0, 1.0
+            ar_row.speedup_ci = (1.0, 1.0)
+            ar_row.cost_rate = predict_from_counts(ar_row.tokens, ar_row.stats.calls, ar_row.stats.fed, costs,
+                                                   ar_row.stats.forwards)
+        ar_rate = ar_row.cost_rate
         rows.append(ar_row)
         if progress:
             progress(ar_row)
@@ -235,6 +242,14 @@ def run_bench(decoder: Decoder, workloads: Sequence[Workload], methods: Sequence
                       work: Workload = work) -> Row:
                 if (gamma, method, value) in done:
                     return done[(gamma, method, value)]
+                old = kept.get((work.name, drafter, gamma, method, float(value)))
+                if old is not None:
+                    c_rel_by_gamma.setdefault(gamma, old.c_rel)
+                    done[(gamma, method, value)] = old
+                    rows.append(old)
+                    if progress:
+                        progress(old)
+                    return old
                 m = METHODS[method]
                 rule = m.build(head, **{**dict(m.fixed), m.param: value})
                 stats, recorder, row = run_one(decoder, work, replace(config, gamma=gamma), DRAFTERS[drafter], rule)
@@ -248,8 +263,8 @@ def run_bench(decoder: Decoder, workloads: Sequence[Workload], methods: Sequence
                 row.speedup_ci = ratio_interval(ar_row.per_prompt["seconds"], row.per_prompt["seconds"])
                 row.predicted_speedup = survey_speedup(ar_row.output_length, row.output_length,
                                                        row.predicted_accepted_length, gamma, row.c_rel)
-                row.cost_speedup = ar_rate and predict_from_counts(row.tokens, stats.calls, stats.fed, costs,
-                                                                   stats.forwards) / ar_rate
+                row.cost_rate = predict_from_counts(row.tokens, stats.calls, stats.fed, costs, stats.forwards)
+                row.cost_speedup = row.cost_rate / ar_rate if ar_rate else math.nan
                 done[(gamma, method, value)] = row
                 rows.append(row)
                 if progress:
@@ -267,7 +282,15 @@ def run_bench(decoder: Decoder, workloads: Sequence[Workload], methods: Sequence
                     if gamma != grid_gamma and gamma_methods is not None and method not in gamma_methods:
                         continue
                     point(method, gamma, value)
-    return rows
+    used = {id(r) for r in rows}
+    return rows + [r for r in saved if id(r) not in used]  # an earlier run's points outside this plan stay
+
+
+def point_key(row: Row) -> tuple:
+    """What identifies a row's decode across runs: (workload, "ar") or (workload, drafter, γ, method, value)."""
+    if row.mode == "ar":
+        return (row.workload, "ar")
+    return (row.workload, row.drafter, row.gamma, row.method, float(row.value))
 
 
 def quality_of(row: Row, metric: str | None = None) -> float:
@@ -328,9 +351,27 @@ def collapses(rows: Sequence[Row], length_factor: float = 1.3, rep_margin: float
 
 
 def save_json(rows: Sequence[Row], path: Path, meta: dict) -> None:
+    """Rows and meta as JSON, written atomically (the bench rewrites it after every row: an interrupted run
+    leaves every finished row, never a half-written file)."""
     data = {"meta": meta, "rows": [{k: v for k, v in asdict(r).items() if k not in ("outputs", "stats")}
                                    for r in rows]}
-    path.write_text(json.dumps(data, indent=1, default=lambda x: None if isinstance(x, float) else str(x)) + "\n")
+    write_atomic(Path(path), json.dumps(data, indent=1, default=lambda x: None if isinstance(x, float) else str(x))
+                 + "\n")
+
+
+def resume_mismatch(saved: dict, now: dict) -> str | None:
+    """The first setting in which a saved run's meta differs from this run's (rows from both would not compare),
+    as "temperature 0.7 (this run: 0)"; None when they agree. Methods, drafters and γ may differ: a resumed run
+    may add points."""
+    for key in ("pair", "temperature", "seed", "head", "n_arith", "n_code"):
+        if key in saved and saved[key] != now.get(key):
+            return f"{key} {saved[key]} (this run: {now.get(key)})"
+    for name, old in saved.get("workloads", {}).items():
+        new = now.get("workloads", {}).get(name)
+        for key in ("prompts", "max_new_tokens"):
+            if new is not None and old.get(key) != new.get(key):
+                return f"{old.get(key)} {key.replace('_', ' ')} on {name} (this run: {new.get(key)})"
+    return None
 
 
 def load_rows(path: Path) -> tuple[list[Row], dict]:
