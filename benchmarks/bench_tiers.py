@@ -89,28 +89,32 @@ def main() -> None:
     logging.disable_progress_bar()
     t0 = time.time()
     decoder = Decoder.load(args.pair, slim=args.slim, device="cpu")
-    costs = decoder.measure_costs()
-    print(f"pair {args.pair}: cost table (ms) " + ", ".join(
-        f"{t} c(1) {costs(t, 1) * 1e3:.2f} c(5) {costs(t, 5) * 1e3:.2f} c(9) {costs(t, 9) * 1e3:.2f}"
-        for t in costs.table))
     modes = [m for m in args.modes.split(",") if decoder.slim or m.partition("@")[0] not in ("self", "via", "hier")]
     ladder = None
     if args.ladder_slim:
         ladder = decoder.ladder(args.ladder_slim)
         modes += args.ladder_modes.split(",")
-    summary, dump, goal = [], [], []
+    summary, dump, goal, tables = [], [], [], []
     for temperature in (float(t) for t in args.temperatures.split(",")):
         for name in args.workloads.split(","):
             config = DecodeConfig(max_new_tokens=args.max_new_tokens, temperature=temperature, top_p=1.0)
+            # The table is measured beside the rows it prices: one measured at the start of a long run drifts
+            # with the machine's speed (c(full, 1) moved by up to 1.8× between runs on the shared CPU).
+            costs = decoder.measure_costs()
+            tables.append({"workload": name, "temperature": temperature, **costs.to_dict()})
+            if ladder is not None:
+                ladder.costs = None
+            print(f"\npair {args.pair}, {name} T={temperature}: cost table (ms) " + ", ".join(
+                f"{t} c(1) {costs(t, 1) * 1e3:.2f} c(5) {costs(t, 5) * 1e3:.2f} c(9) {costs(t, 9) * 1e3:.2f}"
+                for t in costs.table), flush=True)
             report = run_bench(decoder, workload(args.pair, name, args.prompts), modes, config, hf=not args.no_hf,
                                 ladder=ladder, passes=args.passes)
             print(f"\n## {args.pair} {name} T={temperature}\n\n{format_table(report)}", flush=True)
-            base = costs("full", 1)
             best = best_rows(report)
-            summary.append((name, temperature, {m: (r.mode, r.speedup, r.modelled * base) for m, r in best.items()}))
+            summary.append((name, temperature, {m: (r.mode, r.speedup, r.model_speedup) for m, r in best.items()}))
             goal.append(auto_goal(report.rows))
             dump += [{"workload": name, "temperature": temperature, "mode": r.mode, "speedup": r.speedup,
-                      "speedup_median": r.speedup_median, "model_speedup": r.modelled * base, "nll": r.nll,
+                      "speedup_median": r.speedup_median, "model_speedup": r.model_speedup, "nll": r.nll,
                       "same_as_ar": r.same_as_ar,
                       **r.stats.to_dict()} for r in report.rows]
     print(f"\n## summary {args.pair}: best row per mode, tok/s ratio to ar (cost-model prediction)\n")
@@ -126,7 +130,7 @@ def main() -> None:
     print(f"\n{time.time() - t0:.0f} s in all")
     if args.out:
         extra = {"ladder_costs": ladder.costs.to_dict()} if ladder is not None and ladder.costs else {}
-        Path(args.out).write_text(json.dumps({"costs": costs.to_dict(), **extra, "rows": dump}, indent=1))
+        Path(args.out).write_text(json.dumps({"costs": tables[0], "tables": tables, **extra, "rows": dump}, indent=1))
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import pytest
 from cli_runner import cli
 
 from dimr.decoding import DecodeConfig, Decoder, Thresholds
+from dimr.decoding.costs import Costs
 from dimr.decoding.tuning import DecoderConfig, Point, load_decoder_config, pareto_set
 from dimr.errors import DimrError
 
@@ -244,3 +245,22 @@ def test_bench_ladder_rows(slims):
     assert rows["ladder@2x4"].outputs == rows["ar"].outputs == rows["hier@2x4"].outputs
     assert rows["ladder@2x4"].stats.calls["draft"] > 0 and rows["ladder@2x4"].modelled > 0
     assert ladder.costs("draft", 1) != dec.costs("draft", 1) and ladder.costs("full", 1) == dec.costs("full", 1)
+
+
+def test_bench_model_speedup_is_prediction_over_prediction(tiny_pair):
+    """The model column's speed-up divides a row's predicted tokens/s by ar's predicted tokens/s, as the
+    measured one divides by ar's measured: the prefill both pay is in both. By hand from the forwards."""
+    from dimr.decoding.bench import run_bench
+
+    dec = Decoder.load("tiny-random", device="cpu")
+    dec.costs = Costs({"full": {1: 1.0, 3: 1.5, 17: 4.0, 64: 9.0}, "draft": {1: 0.25, 64: 2.0}}, "test")
+    report = run_bench(dec, [PROMPT], ["sd@2"], DecodeConfig(max_new_tokens=10), hf=False, warmup=False)
+    rows = {r.mode: r for r in report.rows}
+
+    def by_hand(row) -> float:
+        seconds = sum(k * dec.costs(t, n) for t, sizes in row.stats.forwards.items() for n, k in sizes.items())
+        return row.stats.tokens / seconds
+
+    assert rows["ar"].model_speedup == 1.0
+    assert rows["sd@2"].model_speedup == pytest.approx(by_hand(rows["sd@2"]) / by_hand(rows["ar"]))
+    assert rows["ar"].modelled == pytest.approx(by_hand(rows["ar"])) and rows["ar"].modelled < 1.0  # prefill

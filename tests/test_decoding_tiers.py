@@ -10,7 +10,7 @@ from test_decoding import FAMILIES, NEW_TOKENS, PROMPT, build_pair, check_counte
 from test_decoding_dist import P_PASS, broken_accept, chi_square_p, exact_two_tokens
 
 from dimr.decoding import DecodeConfig, modes
-from dimr.decoding.auto import Arm, Chooser, auto
+from dimr.decoding.auto import Arm, Chooser, arms, auto
 from dimr.decoding.costs import GPUS, Acceptance, Costs, monotone, predict, predict_from_counts, roofline
 from dimr.decoding.decoder import Decoder
 from dimr.decoding.proposer import ModelProposer, NgramProposer, lookup, lookup_match
@@ -195,6 +195,33 @@ def test_auto_prices_each_forward_size_by_its_own_measurements():
     assert chooser.price("full", 5) == pytest.approx(2.4, rel=1e-3) and chooser.price("full", 1) == 1.0
     assert chooser.price("full", 3) == pytest.approx(costs("full", 3) * chooser.scale["full"])  # unseen size
     assert {chooser.choose(rng, {"draft": 0}).mode for _ in range(20)} == {"ar"}  # 1.94 tokens in 2.8 s
+
+
+def test_auto_prices_the_work_outside_forwards(decoder: Decoder):
+    """Free verification makes lookup/4 at α = 0.5 (1.94 tokens a block) beat ar (1 token) by the table; a
+    measured 2 s per lookup block outside its forwards (1.94 tokens in 3 s) makes ar win. A decode records that
+    time per mode it ran."""
+    import random
+
+    from dimr.decoding.auto import _by_match
+
+    costs = Costs({"full": {1: 1.0, 17: 1.0}}, "test")
+    chooser = Chooser(costs, [Arm("ar"), Arm("lookup", 4)])
+    chooser.observe(_by_match([("lookup", "full", 500, 1000)], 2))
+    rng = random.Random(0)
+    assert {chooser.choose(rng, {}, 4, ngram=2).mode for _ in range(20)} == {"lookup"}
+    chooser.observe_overhead("lookup", 2.0)
+    chooser.observe_overhead("ar", -1.0)  # a clock's jitter: never a negative cost
+    assert chooser.overhead == {"lookup": 2.0, "ar": 0.0}
+    assert {chooser.choose(rng, {}, 4, ngram=2).mode for _ in range(20)} == {"ar"}
+    off = Chooser(costs, [Arm("ar")], adapt=False)
+    off.observe_overhead("ar", 1.0)
+    assert off.overhead == {}
+    live = Chooser(Costs({t: {1: 1.0, 17: 1.0} for t in ("draft", "slim", "full")}, "test"), arms(True, True))
+    auto(live, decoder.full, decoder.draft, decoder.slim, PROMPT, DecodeConfig(max_new_tokens=NEW_TOKENS),
+         decoder.vocab_size)
+    assert {label.partition("/")[0] for label in live.chosen} <= set(live.overhead)
+    assert all(v >= 0 for v in live.overhead.values())
 
 
 def test_auto_drafts_no_longer_than_its_evidence_allows():

@@ -15,7 +15,10 @@ The posterior counts live in the :class:`Chooser` and carry over between prompts
 :data:`HORIZON` tested tokens per pair (running estimates that still adapt to a new prompt). The chooser
 also times every forward it asks for: per tier and per forward size, a running ratio of measured to tabled
 seconds rescales the cost table, so a table measured under other load (or one whose multi-token entries are
-off by another factor than its one-token ones) still prices the arms as they run now. Choices then depend on
+off by another factor than its one-token ones) still prices the arms as they run now. It also times each
+block's work outside the forwards (the step's tensor code, the n-gram search, the choice itself), a running mean
+per mode added to that mode's block: where a forward costs a few milliseconds (``mini``) that is 10–15% of an
+``sd`` or ``lookup`` block (0.6 ms) and about 5% of an ``ar`` step. Choices then depend on
 timing, so a sampled ``auto`` decode with a fixed seed may take other paths between runs; its law does not
 change. When ``ar`` wins again and again, each choice runs a longer stretch of ``ar`` tokens (up to
 :data:`AR_RUN`), which keeps the chooser's own time off the per-token cost where nothing speculates.
@@ -30,6 +33,7 @@ try costs one drafted token, which tells as much as eight when the first is reje
 from __future__ import annotations
 
 import random
+import time
 from dataclasses import dataclass, field
 
 import torch
@@ -89,6 +93,7 @@ class Chooser:
     # tier, or (tier, tokens fed): running measured / tabled seconds of its forwards
     scale: dict[str | tuple[str, int], float] = field(default_factory=dict)
     adapt: bool = True  # rescale the table by measured times (off: price by the table alone)
+    overhead: dict[str, float] = field(default_factory=dict)  # mode → running seconds per block outside forwards
     _table: dict[tuple[str, int], float] = field(default_factory=dict, repr=False)
 
     def new_prompt(self) -> None:
@@ -126,6 +131,15 @@ class Chooser:
                 old = self.scale.get(key, self.scale.get(tier, 1.0))
                 self.scale[key] = old + RATE * (ratio - old)
 
+    def observe_overhead(self, mode: str, seconds: float) -> None:
+        """``seconds``: the time one block of ``mode`` spent outside its forwards (the step's own tensor code,
+        the n-gram search, the choice itself); a running mean per mode, priced with every arm of that mode."""
+        if not self.adapt:
+            return
+        seconds = max(seconds, 0.0)
+        old = self.overhead.get(mode)
+        self.overhead[mode] = seconds if old is None else old + RATE * (seconds - old)
+
     def choose(self, rng: random.Random, lag: dict[str, int], lookup_len: int = GAMMAS[-1], ngram: int = 0) -> Arm:
         """The arm of highest sampled tokens/s; ``lag[tier]``: tokens a tier's cache is behind;
         ``lookup_len``: tokens the n-gram proposer has to offer now (none: its arms are left out), after a match
@@ -147,6 +161,7 @@ class Chooser:
 
         def speed(arm: Arm) -> float:
             tokens, seconds = block(arm.mode, gamma(arm), acceptance, self.price, arm.window)
+            seconds += self.overhead.get(arm.mode, 0.0)
             for tier in CATCH_UP.get(arm.mode, ()):
                 seconds += self.price(tier, lag[tier] + 1) - self.price(tier, 1)
             return tokens / seconds
@@ -208,15 +223,17 @@ def auto(chooser: Chooser, full: Tier, draft: Tier | None, slim: Tier | None, pr
     run = 0  # ar tokens the last choice ran (0: it chose another arm)
     try:
         while not out.done:
+            began = time.perf_counter()
             ids = out.ids
             proposal, ngram = lookup_match(ids, GAMMAS[-1])
             lag = {t.name: ids.numel() - 1 - t.length for t in (draft, slim) if t is not None}
             arm = chooser.choose(rng, lag, proposal.numel(), ngram)
             run = min(2 * run, AR_RUN) if arm.mode == "ar" and run else int(arm.mode == "ar")
-            seen = []
+            seen, blocks = [], 0
             for _ in range(max(run, 1)):
                 if out.done:
                     break
+                blocks += 1
                 start, state = out.ids, generator.get_state() if trace is not None else None
                 seen += one_block(arm)
                 if trace is not None:
@@ -224,6 +241,9 @@ def auto(chooser: Chooser, full: Tier, draft: Tier | None, slim: Tier | None, pr
             if arm.mode != "lookup":
                 seen += _lookup_seen(proposal, out.ids[ids.numel():])
             chooser.observe(_by_match(seen, ngram))
+            if timed:
+                forwards = sum(seconds for t in timed for _, seconds in t.log)
+                chooser.observe_overhead(arm.mode, (time.perf_counter() - began - forwards) / max(blocks, 1))
             for t in timed:
                 chooser.observe_forwards(t.name, t.log)
                 t.log.clear()
