@@ -202,7 +202,9 @@ def bench_relaxed(
         rb.save_json(rows, out_json, meta)
     if plot is not None:
         rb.plot(rows, plot, grid_gamma, title=f"{pair}: speed vs quality, T={temperature:g}")
-        console.print(f"wrote {plot}", markup=False)
+        length = rb.plot(rows, plot.with_name(f"{plot.stem}_length{plot.suffix}"), grid_gamma,
+                         title=f"{pair}: output length vs speed, T={temperature:g}", y="length")
+        console.print(f"wrote {plot} and {length}", markup=False)
 
 
 def _saved_run(out_json: Path | None, resume: bool) -> tuple[list, dict | None]:

@@ -297,6 +297,21 @@ def test_an_interrupted_bench_resumes_where_it_stopped(capsys, tmp_path, tiny_pa
     assert not missing.exists()
 
 
+def test_static_line_gap_interpolates_the_reference_line():
+    rows = [_row("task", "ar", math.nan, 1.0, 0.50), _row("task", "static", 1.0, 0.8, 0.50),
+            _row("task", "static", 0.6, 1.2, 0.40), _row("task", "static", 0.0, 2.0, 0.00),
+            _row("task", "diversed", 0.0, 1.0, 0.50), _row("task", "diversed", -2.0, 1.6, 0.10),
+            _row("task", "fuzzy", 0.2, 2.5, 0.20), _row("task", "fuzzy", -1.0, 0.8, 0.50)]
+    gaps = {(r.method, r.value): g for r, g in rb.static_line_gap(rows)}
+    # 1.0 lies between (0.8, 0.50) and (1.2, 0.40): the line is at 0.45; 1.6 between (1.2, 0.4) and (2.0, 0.0): 0.2
+    assert gaps[("diversed", 0.0)] == pytest.approx(0.05) and gaps[("diversed", -2.0)] == pytest.approx(-0.10)
+    assert math.isnan(gaps[("fuzzy", 0.2)])  # faster than the whole line: no reference
+    assert ("fuzzy", -1.0) not in gaps  # the off value is lossless, not a relaxed point
+    other = _row("task", "diversed", 0.0, 1.0, 0.5)
+    other.gamma = 3  # another γ has no static line here
+    assert math.isnan(rb.static_line_gap(rows[:4] + [other])[0][1])
+
+
 # --- transfer ---------------------------------------------------------------------------------------------
 
 

@@ -111,3 +111,4 @@ def test_cli_train_decode_bench(capsys, tmp_path, tiny_pair):
     data = json.loads(rows.read_text())["rows"]
     assert {r["method"] for r in data} == {"ar", "static", "diversed", "fuzzy"}
     assert png.stat().st_size > 1000 and "| workload |" in out
+    assert (tmp_path / "pareto_length.png").stat().st_size > 1000  # output length against speed

@@ -350,6 +350,27 @@ def collapses(rows: Sequence[Row], length_factor: float = 1.3, rep_margin: float
     return notes
 
 
+def static_line_gap(rows: Sequence[Row], metric: str | None = None) -> list[tuple[Row, float]]:
+    """Every relaxed non-static row against the static ensemble's line at the same workload, drafter and γ: its
+    quality minus the line's, interpolated piecewise-linearly in speed-up between the static points (w = 1 …
+    w = 0) that bracket the row's speed-up; NaN outside the line's range. Above 0: the row beats the line (more
+    quality at its speed); the measure of DIVERSED's claim, and of every other rule against the baseline."""
+    out = []
+    for r in rows:
+        if r.mode == "ar" or r.method == "static" or r.lossless:
+            continue
+        line = sorted((s.speedup, quality_of(s, metric)) for s in rows if s.method == "static" and s.mode != "ar"
+                      and (s.workload, s.drafter, s.gamma) == (r.workload, r.drafter, r.gamma))
+        gap = math.nan
+        for (x0, y0), (x1, y1) in zip(line, line[1:], strict=False):
+            if x0 <= r.speedup <= x1:
+                y = y0 if x1 == x0 else y0 + (y1 - y0) * (r.speedup - x0) / (x1 - x0)
+                gap = quality_of(r, metric) - y
+                break
+        out.append((r, gap))
+    return out
+
+
 def save_json(rows: Sequence[Row], path: Path, meta: dict) -> None:
     """Rows and meta as JSON, written atomically (the bench rewrites it after every row: an interrupted run
     leaves every finished row, never a half-written file)."""
@@ -389,16 +410,19 @@ def load_rows(path: Path) -> tuple[list[Row], dict]:
     return rows, data["meta"]
 
 
-def plot(rows: Sequence[Row], path: Path, gamma: int | None, title: str = "") -> Path:
+def plot(rows: Sequence[Row], path: Path, gamma: int | None, title: str = "", y: str = "quality") -> Path:
     """Speed–quality plot per workload and drafter: the static ensemble as the reference line, every other rule on
-    it, at ``gamma`` (None: the γ where the panel's grid ran, i.e. the one with the most rows)."""
+    it, at ``gamma`` (None: the γ where the panel's grid ran, i.e. the one with the most rows). ``y="length"``:
+    mean output length against speed instead (rambling makes answers longer, which costs time)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     drafters = [d for d in DRAFTERS if any(r.drafter == d and r.mode != "ar" for r in rows)] or ["model"]
-    panels = [(*p, d) for d in drafters for p in PANELS if any(r.workload == p[0] for r in rows)]
+    kinds = PANELS if y == "quality" else [(w, "length", "mean output length (tokens)") for w in
+                                           dict.fromkeys(p[0] for p in PANELS)]
+    panels = [(*p, d) for d in drafters for p in kinds if any(r.workload == p[0] for r in rows)]
     cols = max(1, len(panels) // len(drafters))
     fig, axes = plt.subplots(len(drafters), cols, figsize=(6 * cols, 5 * len(drafters)), squeeze=False)
     markers = dict(zip(METHODS, "o*sDv^<>ph", strict=False))
@@ -413,11 +437,11 @@ def plot(rows: Sequence[Row], path: Path, gamma: int | None, title: str = "") ->
                 (r for r in sel if r.method == method), key=lambda r: grid.index(r.value) if r.value in grid else 0)
             if len(pts) <= len(lossless):
                 continue
-            xs, ys = [r.speedup for r in pts], [quality_of(r, metric) for r in pts]
+            xs, ys = [r.speedup for r in pts], [_y(r, metric) for r in pts]
             if method == "static":
                 ax.plot(xs, ys, "-o", color="black", lw=2, label="static ensemble (reference)", zorder=3)
                 for r in pts:
-                    ax.annotate(f"w={r.value:g}", (r.speedup, quality_of(r, metric)), fontsize=7, xytext=(3, 3),
+                    ax.annotate(f"w={r.value:g}", (r.speedup, _y(r, metric)), fontsize=7, xytext=(3, 3),
                                 textcoords="offset points")
             elif method == "diversed":
                 ax.plot(xs, ys, "-*", color="crimson", ms=12, lw=2, label="DIVERSED (trained head)", zorder=4)
@@ -425,7 +449,7 @@ def plot(rows: Sequence[Row], path: Path, gamma: int | None, title: str = "") ->
                 ax.plot(xs, ys, ":", marker=markers[method], alpha=0.8, label=method)
         ar = [r for r in sel if r.mode == "ar"]
         if ar:
-            ax.scatter([1.0], [quality_of(ar[0], metric)], marker="x", s=80, color="grey", label="ar", zorder=5)
+            ax.scatter([1.0], [_y(ar[0], metric)], marker="x", s=80, color="grey", label="ar", zorder=5)
         ax.set_xlabel("speed-up over ar (end-to-end CPU time)")
         ax.set_ylabel(ylabel)
         ax.set_title(f"{work}, {drafter} draft, γ={g}")
@@ -438,6 +462,10 @@ def plot(rows: Sequence[Row], path: Path, gamma: int | None, title: str = "") ->
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def _y(row: Row, metric: str) -> float:
+    return row.output_length if metric == "length" else quality_of(row, metric)
 
 
 def now() -> str:
