@@ -100,13 +100,14 @@ def main() -> None:
             config = DecodeConfig(max_new_tokens=args.max_new_tokens, temperature=temperature, top_p=1.0)
             # The table is measured beside the rows it prices: one measured at the start of a long run drifts
             # with the machine's speed (c(full, 1) moved by up to 1.8× between runs on the shared CPU).
-            costs = decoder.measure_costs()
+            costs = decoder.measure_costs(steps=modes)
             tables.append({"workload": name, "temperature": temperature, **costs.to_dict()})
             if ladder is not None:
                 ladder.costs = None
             print(f"\npair {args.pair}, {name} T={temperature}: cost table (ms) " + ", ".join(
                 f"{t} c(1) {costs(t, 1) * 1e3:.2f} c(5) {costs(t, 5) * 1e3:.2f} c(9) {costs(t, 9) * 1e3:.2f}"
-                for t in costs.table), flush=True)
+                for t in costs.table) + "; step work per block (ms) " + ", ".join(
+                f"{m} {v * 1e3:.2f}" for m, v in (costs.steps or {}).items()), flush=True)
             report = run_bench(decoder, workload(args.pair, name, args.prompts), modes, config, hf=not args.no_hf,
                                 ladder=ladder, passes=args.passes)
             print(f"\n## {args.pair} {name} T={temperature}\n\n{format_table(report)}", flush=True)

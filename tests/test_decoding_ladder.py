@@ -249,17 +249,20 @@ def test_bench_ladder_rows(slims):
 
 def test_bench_model_speedup_is_prediction_over_prediction(tiny_pair):
     """The model column's speed-up divides a row's predicted tokens/s by ar's predicted tokens/s, as the
-    measured one divides by ar's measured: the prefill both pay is in both. By hand from the forwards."""
+    measured one divides by ar's measured: the prefill both pay is in both. By hand from the forwards and the
+    blocks (each priced at its mode's step work)."""
     from dimr.decoding.bench import run_bench
 
     dec = Decoder.load("tiny-random", device="cpu")
-    dec.costs = Costs({"full": {1: 1.0, 3: 1.5, 17: 4.0, 64: 9.0}, "draft": {1: 0.25, 64: 2.0}}, "test")
+    dec.costs = Costs({"full": {1: 1.0, 3: 1.5, 17: 4.0, 64: 9.0}, "draft": {1: 0.25, 64: 2.0}}, "test",
+                      steps={"ar": 0.01, "sd": 0.2})
     report = run_bench(dec, [PROMPT], ["sd@2"], DecodeConfig(max_new_tokens=10), hf=False, warmup=False)
     rows = {r.mode: r for r in report.rows}
 
     def by_hand(row) -> float:
         seconds = sum(k * dec.costs(t, n) for t, sizes in row.stats.forwards.items() for n, k in sizes.items())
-        return row.stats.tokens / seconds
+        step = {"ar": 0.01, "sd@2": 0.2}[row.mode]  # the step's own work, per block
+        return row.stats.tokens / (seconds + row.stats.blocks * step)
 
     assert rows["ar"].model_speedup == 1.0
     assert rows["sd@2"].model_speedup == pytest.approx(by_hand(rows["sd@2"]) / by_hand(rows["ar"]))

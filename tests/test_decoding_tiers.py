@@ -345,6 +345,24 @@ def test_predictions_equal_hand_computation():
     assert predict_from_counts(20, calls, fed, knee, forwards) == pytest.approx(20 / (0.140 + 20 * 0.050))
     assert predict_from_counts(20, calls, fed, knee) == pytest.approx(20 / (21 * (0.050 + 0.0125 * 20 / 21)))
     assert predict_from_counts(20, calls, fed, knee, forwards) > 1.1 * predict_from_counts(20, calls, fed, knee)
+    # and the step's own work: 12 sd blocks at 4 ms each outside the forwards (a mode of `sd@2` is `sd`)
+    stepped = Costs(knee.table, "test", steps={"sd": 0.004, "ar": 0.001})
+    assert stepped.step("sd@2") == 0.004 and stepped.step("self") == 0.0 and knee.step("sd") == 0.0
+    assert predict_from_counts(20, calls, fed, stepped, forwards, 12, "sd@2") == pytest.approx(
+        20 / (0.140 + 20 * 0.050 + 12 * 0.004))
+    assert Costs.from_dict(stepped.to_dict()) == stepped
+
+
+def test_measured_step_work_per_mode(decoder: Decoder):
+    """Each mode's time outside its forwards, per block, from calibration decodes: one non-negative entry per
+    mode asked for that the decoder can run, none for modes it cannot (no slim: no self/via/hier)."""
+    got = decoder.measure_steps(["ar", "sd@2", "lookup@4", "auto", "self", "nonsense"], tokens=6)
+    assert set(got) == {"ar", "sd", "lookup", "auto", "self"} and all(v >= 0 for v in got.values())
+    assert decoder.chooser is None  # auto's calibration decode leaves no warm chooser behind
+    bare = Decoder.from_models(decoder.full.model, decoder.draft.model, None, decoder.tokenizer)
+    assert set(bare.measure_steps(["sd", "self", "hier"], tokens=4)) == {"sd"}
+    costs = bare.measure_costs(lengths=(1, 2), reps=1, steps=["ar", "sd"])
+    assert set(costs.steps) == {"ar", "sd"} and costs.table["full"]
 
 
 def test_roofline_is_flat_up_to_the_knee():

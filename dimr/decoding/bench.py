@@ -169,9 +169,8 @@ def run_bench(decoder: Decoder, prompts: list[str], modes: list[str], config: De
     if ladder is not None:
         decoders[LADDER] = ladder
         lengths = sorted(costs.table["full"])
-        ladder.costs = ladder.costs or Costs({**costs.table, "draft": measure({"draft": ladder.draft},
-                                                                              lengths).table["draft"]},
-                                             costs.source)
+        ladder.costs = ladder.costs or replace(costs, table={**costs.table, "draft": measure(
+            {"draft": ladder.draft}, lengths).table["draft"]})
     elif any(n.startswith(LADDER) for n in names):
         raise DimrError("ladder rows need a ladder: pass a draft slim (--ladder-slim)")
     rows = [BenchRow(name, DecodeStats(name, 0 if name.startswith("ar") else config.gamma)) for name in names]
@@ -213,8 +212,9 @@ def run_bench(decoder: Decoder, prompts: list[str], modes: list[str], config: De
             row.predicted = s.tokens / cost if cost else float("nan")
     for row in rows:
         table = ladder.costs if row.mode.startswith(LADDER) else costs
+        step = "hier" if row.mode.startswith(LADDER) else row.mode.removesuffix(COMPILED)
         row.modelled = predict_from_counts(row.stats.tokens, row.stats.calls, row.stats.fed, table,
-                                           row.stats.forwards)
+                                           row.stats.forwards, row.stats.blocks, "" if row.mode in HF_PEERS else step)
     for row in rows:  # predicted against predicted, as measured against measured: the prefill both share cancels
         base = next(r for r in rows if r.mode == "ar" + (COMPILED if row.mode.endswith(COMPILED) else ""))
         row.model_speedup = row.modelled / base.modelled if base.modelled else float("nan")

@@ -41,6 +41,11 @@ class Costs:
     table: Mapping[str, Mapping[int, float]]
     source: str = "measured"
     sublayers: Mapping | None = None
+    steps: Mapping[str, float] | None = None  # mode → seconds per block outside the forwards (the step's own work)
+
+    def step(self, mode: str) -> float:
+        """Seconds one block of ``mode`` (``sd@2`` → ``sd``) spends outside its forwards; 0 when not measured."""
+        return (self.steps or {}).get(mode.partition("@")[0], 0.0)
 
     def __call__(self, tier: str, n: float) -> float:
         if tier == FREE:
@@ -69,6 +74,8 @@ class Costs:
     def to_dict(self) -> dict:
         out = {"source": self.source, "table": {t: {str(n): c for n, c in row.items()}
                                                 for t, row in self.table.items()}}
+        if self.steps:
+            out["steps"] = dict(self.steps)
         if self.sublayers:
             out["sublayers"] = {k: ({str(n): c for n, c in v.items()} if isinstance(v, Mapping) else v)
                                 for k, v in self.sublayers.items()}
@@ -79,8 +86,9 @@ class Costs:
         sub = data.get("sublayers")
         if sub is not None:
             sub = {k: ({int(n): float(c) for n, c in v.items()} if k in SUBLAYER_PARTS else v) for k, v in sub.items()}
+        steps = {str(m): float(v) for m, v in data["steps"].items()} if data.get("steps") else None
         return cls({t: {int(n): float(c) for n, c in row.items()} for t, row in data["table"].items()},
-                   data.get("source", "file"), sub)
+                   data.get("source", "file"), sub, steps)
 
     @classmethod
     def load(cls, path: Path) -> Costs:
@@ -267,14 +275,16 @@ def predict(mode: str, gamma: int, acceptance: Acceptance, costs: Costs, window:
 
 
 def predict_from_counts(tokens: int, calls: Mapping[str, int], fed: Mapping[str, int], costs: Costs,
-                        forwards: Mapping[str, Mapping[int, int]] | None = None) -> float:
-    """Tokens/s of a decode that made ``calls[tier]`` forwards feeding ``fed[tier]`` tokens in all.
+                        forwards: Mapping[str, Mapping[int, int]] | None = None, blocks: int = 0,
+                        mode: str = "") -> float:
+    """Tokens/s of a decode that made ``calls[tier]`` forwards feeding ``fed[tier]`` tokens in all (and ``blocks``
+    blocks of ``mode``, each priced at ``costs.step(mode)`` for the work outside its forwards).
 
     With ``forwards`` (per tier: tokens fed in one forward → how many forwards, `DecodeStats.forwards`) each
     forward is priced at c(tier, its own tokens); without, at c(tier, mean tokens per forward). The mean
     misprices a decode whose prefill of a long prompt sits beside one-token steps: on smollm2 it priced `ar`'s
     steps at c(3.4) and predicted 0.64× the measured speed."""
-    seconds = 0.0
+    seconds = blocks * costs.step(mode) if mode else 0.0
     for t in calls:
         if forwards and forwards.get(t):
             seconds += sum(k * costs(t, n) for n, k in forwards[t].items())

@@ -9,6 +9,7 @@ This is the Python API behind ``dimr decode``::
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
@@ -32,6 +33,7 @@ MODES = ("ar", "sd", "self", "via", "lookup", "hier", "auto")
 NEEDS_SLIM = ("self", "via", "hier")
 LOSSLESS_ONLY = ("hier", "auto")  # modes that take no relaxed verification rule
 COST_LENGTHS = (1, 2, 3, 5, 9, 13, 17)  # forward lengths `auto` prices (γ + 1 up to 9, Γ + 1 up to 17)
+STEP_PROMPT = "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n"  # measure_steps' text
 
 
 def check_ladder(draft, slim) -> None:
@@ -135,11 +137,38 @@ class Decoder:
     def tiers(self) -> dict[str, Tier]:
         return {t.name: t for t in (self.draft, self.slim, self.full) if t is not None}
 
-    def measure_costs(self, lengths: Sequence[int] = COST_LENGTHS, reps: int = 5) -> Costs:
-        """Time every tier on this machine (a few seconds) and keep the table for ``auto``."""
-        self.costs = measure(self.tiers(), lengths, reps)
+    def measure_costs(self, lengths: Sequence[int] = COST_LENGTHS, reps: int = 5,
+                      steps: Sequence[str] = ()) -> Costs:
+        """Time every tier on this machine (a few seconds) and keep the table for ``auto``; with ``steps`` (modes),
+        also each mode's work per block outside the forwards (:meth:`measure_steps`)."""
+        self.costs = measure(self.tiers(), lengths, reps)  # auto's calibration decode prices by it
+        if steps:
+            self.costs = replace(self.costs, steps=self.measure_steps(steps))
         self.chooser = None
         return self.costs
+
+    @torch.inference_mode()
+    def measure_steps(self, modes: Sequence[str], tokens: int = 16, gamma: int = 2, reps: int = 2
+                      ) -> dict[str, float]:
+        """Seconds per block each mode spends outside its forwards (sampling, acceptance, the n-gram search,
+        cache bookkeeping; for ``auto`` also its choice), from greedy decodes of ``tokens`` tokens of a fixed
+        calibration text, the fastest of ``reps``. The forwards' own time is the tiers' timing, so it needs
+        timed tiers (on a GPU they are untimed by default: then nothing is measured)."""
+        prompt = (self.encode(STEP_PROMPT) if self.tokenizer is not None  # a bare model: tokens as measure() uses
+                  else torch.arange(16, device=self.device) % 50 + 3)
+        config = DecodeConfig(max_new_tokens=tokens, gamma=gamma, eos_token_ids=())
+        out = {}
+        for mode in dict.fromkeys(m.partition("@")[0] for m in modes):
+            if (mode not in MODES or not all(t.timed for t in self.tiers().values())
+                    or (self.slim is None and mode in NEEDS_SLIM)):
+                continue
+            best = math.inf
+            for _ in range(reps):
+                s = self.run(prompt, mode, config).stats
+                best = min(best, max(s.wall_seconds - sum(s.seconds.values()), 0.0) / max(s.blocks, 1))
+            out[mode] = best
+        self.chooser = None  # the calibration decodes of auto must not warm the chooser a measurement then uses
+        return out
 
     def auto_chooser(self) -> Chooser:
         if self.chooser is None:
