@@ -13,6 +13,7 @@ import argparse
 from pathlib import Path
 
 from dimr.relaxed import bench as rb
+from dimr.relaxed import claims
 from dimr.relaxed import transfer as rt
 
 
@@ -35,10 +36,17 @@ def main() -> None:
         print("\nagainst the static line (quality minus the line's at the same speed-up, same workload/draft/γ):")
         for r, g in gaps:
             print(f"  {r.workload:9s} {r.drafter:6s} γ={r.gamma} {r.label:26s} speed-up {r.speedup:.2f}  {g:+.3f}")
+    moved = []
     if args.transfer and len(have) > 1:
         pairs = rt.parse_transfer(args.transfer, have)
+        moved = [t for a, b in pairs for t in rt.transfers(rows, a, b)]
         print(f"\ntransfer (tuned: fastest with quality ≥ ar − tol, tol {rt.TOLERANCE}):")
-        print(rt.format_transfers([t for a, b in pairs for t in rt.transfers(rows, a, b)]))
+        print(rt.format_transfers(moved))
+    print("\nthe claims, measured (useful: faster than lossless at its γ, quality within tol of ar):")
+    for key, lines in claims.evidence(rows, moved).items():
+        print(f"\n- {claims.CLAIMS[key]}")
+        for line in lines or ["not measured in these rows"]:
+            print(f"    {line}")
     if args.plot:
         title = f"{meta.get('pair')}: T={meta.get('temperature')}"
         rb.plot(rows, args.plot, None, title=f"{title}, speed vs quality")

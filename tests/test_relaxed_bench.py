@@ -347,3 +347,38 @@ def test_token_types():
         "digits", "digits", "punctuation", "punctuation", "punctuation", "words", "words", "space", "space",
         "other", "other"]
     assert token_type("<|im_end|>", special=True) == "special"
+
+
+# --- the claims' evidence ------------------------------------------------------------------------------------
+
+
+def test_claim_evidence_on_hand_made_rows():
+    from dimr.relaxed import claims
+
+    def row(method, value, gamma, speedup, quality, drafter="model", length=50.0, rep=0.02, acc=0.3):
+        r = _row("task", method, value, speedup, quality)
+        r.gamma, r.drafter, r.output_length, r.repetition, r.acceptance = gamma, drafter, length, rep, acc
+        return r
+
+    ar = row("ar", math.nan, 5, 1.0, 0.50)
+    rows = [ar, row("static", 1.0, 2, 0.8, 0.50, acc=0.2), row("static", 1.0, 3, 0.6, 0.50),
+            row("static", 0.6, 2, 1.2, 0.47), row("static", 0.0, 2, 2.0, 0.00, length=80.0, rep=0.5),
+            row("diversed", 0.0, 2, 1.0, 0.50, acc=0.35), row("cactus", 0.5, 2, 0.9, 0.49),
+            row("cactus", 1.0, 2, 0.7, 0.30),
+            row("static", 1.0, 2, 0.9, 0.50, "ngram"), row("fuzzy", 0.2, 2, 1.5, 0.10, "ngram")]
+    assert claims.useful(rows, rows[3]) and not claims.useful(rows, rows[4])  # 0.47 ≥ 0.5 − 0.05; 0.0 is not
+    assert not claims.useful(rows, rows[7])  # slower than lossless at its γ
+    ev = claims.evidence(rows)
+    assert set(ev) == set(claims.CLAIMS)
+    assert ev["gamma"] == ["task/model: lossless 0.60× (γ=3) → 0.80× (γ=2): γ gains 1.33×; the fastest useful "
+                           "relaxed point, γ=2 static w=0.6 1.20×, is 1.50× the best lossless γ"]
+    # model draft: static w=0 and cactus δ=1 lose capability (2 of 5 relaxed points); w=0 collapses (80 > 1.3·50)
+    assert ev["ramble"][0].startswith("model draft: 2/5 relaxed points lose capability, 1/5 flagged")
+    assert ev["ramble"][1].startswith("ngram draft: 1/1 relaxed points lose capability, 0/1")
+    assert ev["controlled"][0] == ("task/model cactus: γ=2 cactus delta=0.5 0.90×, lost +0.010; γ=2 cactus "
+                                   "delta=1 0.70×, lost +0.200 (1/2 useful)")  # δ = 0.5: faster, within 0.05
+    # the diversed point at 1.0× sits between (0.8, 0.50) and (1.2, 0.47): the line is at 0.485
+    assert ev["diversed"] == ["task/model γ=2 diversed shift=0: 1.00×, +0.015 against the static line"]
+    assert ev["acceptance"] == ["task γ=2 diversed shift=0: acceptance 0.35 (lossless 0.20); static static w=0.6 "
+                                "at 1.20×: 0.30"]
+    assert ev["transfer"] == [] and ev["contrastive"] == []
