@@ -31,11 +31,14 @@ def main() -> None:
     print(rb.format_table(rows))
     for note in rb.collapses(rows):
         print(f"collapse? {note}")
+    by_loglik = dict((id(r), g) for r, g in rb.static_line_gap(rows, "loglik"))
     gaps = [(r, g) for r, g in rb.static_line_gap(rows) if g == g]
     if gaps:
-        print("\nagainst the static line (quality minus the line's at the same speed-up, same workload/draft/γ):")
+        print("\nagainst the static line (quality, and log-likelihood per token, minus the line's at the same "
+              "speed-up, same workload/draft/γ):")
         for r, g in gaps:
-            print(f"  {r.workload:9s} {r.drafter:6s} γ={r.gamma} {r.label:26s} speed-up {r.speedup:.2f}  {g:+.3f}")
+            print(f"  {r.workload:9s} {r.drafter:6s} γ={r.gamma} {r.label:26s} speed-up {r.speedup:.2f}  {g:+.3f}"
+                  f"  loglik {by_loglik[id(r)]:+.3f}")
     moved = []
     if args.transfer and len(have) > 1:
         pairs = rt.parse_transfer(args.transfer, have)
