@@ -100,7 +100,7 @@ def main() -> None:
             config = DecodeConfig(max_new_tokens=args.max_new_tokens, temperature=temperature, top_p=1.0)
             # The table is measured beside the rows it prices: one measured at the start of a long run drifts
             # with the machine's speed (c(full, 1) moved by up to 1.8× between runs on the shared CPU).
-            costs = decoder.measure_costs(steps=modes)
+            costs = decoder.measure_costs(steps=modes, temperature=temperature)
             tables.append({"workload": name, "temperature": temperature, **costs.to_dict()})
             if ladder is not None:
                 ladder.costs = None

@@ -31,6 +31,8 @@ def main() -> None:
     print(rb.format_table(rows))
     for note in rb.collapses(rows):
         print(f"collapse? {note}")
+    for note in rb.slowed(rows):
+        print(f"slowed? {note}")
     by_loglik = dict((id(r), g) for r, g in rb.static_line_gap(rows, "loglik"))
     gaps = [(r, g) for r, g in rb.static_line_gap(rows) if g == g]
     if gaps:

@@ -192,6 +192,8 @@ def bench_relaxed(
     console.print(rb.format_table(rows), markup=False, highlight=False, soft_wrap=True)
     for note in rb.collapses(rows):
         console.print(f"collapse? {note}", markup=False, highlight=False, soft_wrap=True)
+    for note in rb.slowed(rows):
+        console.print(f"slowed? {note}", markup=False, highlight=False, soft_wrap=True)
     moved = [t for a, b in pairs for t in rt.transfers(rows, a, b)]
     if pairs:
         console.print(f"transfer (tuned: fastest with quality ≥ ar − tol, tol {rt.TOLERANCE}):", markup=False,

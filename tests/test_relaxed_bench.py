@@ -213,6 +213,12 @@ def test_bench_rows_wire_the_cost_model_and_intervals(tiny_pair):
         assert r.quality_ci == pytest.approx(mean_interval(r.per_prompt["quality"]))
         assert r.output_length_ci == pytest.approx(mean_interval(r.per_prompt["length"]))
         assert r.repetition == pytest.approx(np.mean([repetition(o) for o in r.outputs]))
+    for r in rows:  # the forwards' CPU time over the table's price for them
+        assert r.forward_ratio == pytest.approx(sum(r.stats.cpu_seconds_tier.values()) / seconds(r.stats))
+    slow, fast = rows[1], rows[2]
+    slow.forward_ratio, fast.forward_ratio, ar.forward_ratio = 1.3, 1.05, 1.0
+    assert rb.slowed([ar, slow, fast]) == [f"arithmetic {slow.drafter} γ=3 {slow.label}: forwards at 1.30× the "
+                                           "table, ar's at 1.00×"]
     assert all(r.stats.calls["draft"] == 0 for r in rows if r.drafter == "ngram" and r.mode != "ar")
     assert "skipped: contrastive" not in "\n".join(rb.skipped(["static"], ["ngram"], None))
     assert any("contrastive with the n-gram drafter" in s for s in rb.skipped(["contrastive"], ["ngram"], None))

@@ -138,25 +138,26 @@ class Decoder:
         return {t.name: t for t in (self.draft, self.slim, self.full) if t is not None}
 
     def measure_costs(self, lengths: Sequence[int] = COST_LENGTHS, reps: int = 5,
-                      steps: Sequence[str] = ()) -> Costs:
+                      steps: Sequence[str] = (), temperature: float = 0.0) -> Costs:
         """Time every tier on this machine (a few seconds) and keep the table for ``auto``; with ``steps`` (modes),
-        also each mode's work per block outside the forwards (:meth:`measure_steps`)."""
+        also each mode's work per block outside the forwards at ``temperature`` (:meth:`measure_steps`)."""
         self.costs = measure(self.tiers(), lengths, reps)  # auto's calibration decode prices by it
         if steps:
-            self.costs = replace(self.costs, steps=self.measure_steps(steps))
+            self.costs = replace(self.costs, steps=self.measure_steps(steps, temperature=temperature))
         self.chooser = None
         return self.costs
 
     @torch.inference_mode()
-    def measure_steps(self, modes: Sequence[str], tokens: int = 16, gamma: int = 2, reps: int = 2
-                      ) -> dict[str, float]:
+    def measure_steps(self, modes: Sequence[str], tokens: int = 16, gamma: int = 2, reps: int = 2,
+                      temperature: float = 0.0) -> dict[str, float]:
         """Seconds per block each mode spends outside its forwards (sampling, acceptance, the n-gram search,
-        cache bookkeeping; for ``auto`` also its choice), from greedy decodes of ``tokens`` tokens of a fixed
-        calibration text, the fastest of ``reps``. The forwards' own time is the tiers' timing, so it needs
-        timed tiers (on a GPU they are untimed by default: then nothing is measured)."""
+        cache bookkeeping; for ``auto`` also its choice), from decodes of ``tokens`` tokens of a fixed
+        calibration text at ``temperature`` (sampling costs more than an argmax), the fastest of ``reps``. The
+        forwards' own time is the tiers' timing, so it needs timed tiers (on a GPU they are untimed by default:
+        then nothing is measured)."""
         prompt = (self.encode(STEP_PROMPT) if self.tokenizer is not None  # a bare model: tokens as measure() uses
                   else torch.arange(16, device=self.device) % 50 + 3)
-        config = DecodeConfig(max_new_tokens=tokens, gamma=gamma, eos_token_ids=())
+        config = DecodeConfig(max_new_tokens=tokens, gamma=gamma, temperature=temperature, eos_token_ids=())
         out = {}
         for mode in dict.fromkeys(m.partition("@")[0] for m in modes):
             if (mode not in MODES or not all(t.timed for t in self.tiers().values())

@@ -95,6 +95,7 @@ class Row:
     predicted_speedup: float = math.nan  # the survey's S
     cost_speedup: float = math.nan  # the forward-cost model's prediction from this run's calls
     cost_rate: float = math.nan  # the cost model's tokens/s for this row's calls (its ar's is the ratio's base)
+    forward_ratio: float = math.nan  # CPU seconds its forwards took / the table's price for them (load: > 1)
     quality: float = math.nan
     steps: float = math.nan
     loglik: float = math.nan
@@ -229,6 +230,7 @@ def run_bench(decoder: Decoder, workloads: Sequence[Workload], methods: Sequence
             ar_row.speedup_ci = (1.0, 1.0)
             ar_row.cost_rate = predict_from_counts(ar_row.tokens, ar_row.stats.calls, ar_row.stats.fed, costs,
                                                    ar_row.stats.forwards)
+            ar_row.forward_ratio = _forward_ratio(ar_row.stats, ar_row.tokens, ar_row.cost_rate)
         ar_rate = ar_row.cost_rate
         rows.append(ar_row)
         if progress:
@@ -264,6 +266,7 @@ def run_bench(decoder: Decoder, workloads: Sequence[Workload], methods: Sequence
                 row.predicted_speedup = survey_speedup(ar_row.output_length, row.output_length,
                                                        row.predicted_accepted_length, gamma, row.c_rel)
                 row.cost_rate = predict_from_counts(row.tokens, stats.calls, stats.fed, costs, stats.forwards)
+                row.forward_ratio = _forward_ratio(stats, row.tokens, row.cost_rate)
                 row.cost_speedup = row.cost_rate / ar_rate if ar_rate else math.nan
                 done[(gamma, method, value)] = row
                 rows.append(row)
@@ -284,6 +287,28 @@ def run_bench(decoder: Decoder, workloads: Sequence[Workload], methods: Sequence
                     point(method, gamma, value)
     used = {id(r) for r in rows}
     return rows + [r for r in saved if id(r) not in used]  # an earlier run's points outside this plan stay
+
+
+def _forward_ratio(stats: DecodeStats, tokens: int, cost_rate: float) -> float:
+    """The decode's forwards' CPU seconds over what the cost table prices them at: ≈ 1 on a quiet machine, above
+    it when other work slowed this row (CPU time still grows when two processes share the memory bus)."""
+    spent = sum((getattr(stats, "cpu_seconds_tier", None) or stats.seconds).values())
+    return spent * cost_rate / tokens if tokens and cost_rate else math.nan
+
+
+def slowed(rows: Sequence[Row], margin: float = 0.1) -> list[str]:
+    """Rows whose forwards ran more than ``margin`` slower, relative to the table, than their workload's ``ar``
+    row's: measured under other load, their speed-up is understated by about that factor (rerun them)."""
+    ar = {r.workload: r for r in rows if r.mode == "ar"}
+    notes = []
+    for r in rows:
+        base = ar.get(r.workload)
+        if r.mode == "ar" or base is None or math.isnan(r.forward_ratio) or math.isnan(base.forward_ratio):
+            continue
+        if r.forward_ratio > (1 + margin) * base.forward_ratio:
+            notes.append(f"{r.workload} {r.drafter} γ={r.gamma} {r.label}: forwards at {r.forward_ratio:.2f}× the "
+                         f"table, ar's at {base.forward_ratio:.2f}×")
+    return notes
 
 
 def point_key(row: Row) -> tuple:
