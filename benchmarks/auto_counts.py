@@ -35,7 +35,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     logging.disable_progress_bar()
     dec = Decoder.load(args.pair, slim=args.slim, device="cpu")
-    dec.costs = dec.measure_costs()
+    dec.measure_costs()
     config = DecodeConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=1.0)
     for name in args.workloads.split(","):
         chooser, t_auto, t_ar = dec.auto_chooser(), 0.0, 0.0

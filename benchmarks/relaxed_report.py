@@ -29,10 +29,8 @@ def main() -> None:
     print(f"{args.json}: {len(rows)} rows; workloads {', '.join(have)}"
           + (f"; none yet for {', '.join(missing)}" if missing else "") + f"; T = {meta.get('temperature')}")
     print(rb.format_table(rows))
-    for note in rb.collapses(rows):
-        print(f"collapse? {note}")
-    for note in rb.slowed(rows):
-        print(f"slowed? {note}")
+    for note in rb.warnings(rows):
+        print(note)
     by_loglik = dict((id(r), g) for r, g in rb.static_line_gap(rows, "loglik"))
     gaps = [(r, g) for r, g in rb.static_line_gap(rows) if g == g]
     if gaps:
@@ -53,10 +51,7 @@ def main() -> None:
         for line in lines or ["not measured in these rows"]:
             print(f"    {line}")
     if args.plot:
-        title = f"{meta.get('pair')}: T={meta.get('temperature')}"
-        rb.plot(rows, args.plot, None, title=f"{title}, speed vs quality")
-        rb.plot(rows, args.plot.with_name(f"{args.plot.stem}_length{args.plot.suffix}"), None,
-                title=f"{title}, output length vs speed", y="length")
+        rb.plots(rows, args.plot, None, f"{meta.get('pair')}, T={meta.get('temperature')}")
         print(f"wrote {args.plot} and its _length figure")
 
 

@@ -190,10 +190,8 @@ def bench_relaxed(
         err_console.print(f"interrupted: {where}", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(130) from None
     console.print(rb.format_table(rows), markup=False, highlight=False, soft_wrap=True)
-    for note in rb.collapses(rows):
-        console.print(f"collapse? {note}", markup=False, highlight=False, soft_wrap=True)
-    for note in rb.slowed(rows):
-        console.print(f"slowed? {note}", markup=False, highlight=False, soft_wrap=True)
+    for note in rb.warnings(rows):
+        console.print(note, markup=False, highlight=False, soft_wrap=True)
     moved = [t for a, b in pairs for t in rt.transfers(rows, a, b)]
     if pairs:
         console.print(f"transfer (tuned: fastest with quality ≥ ar − tol, tol {rt.TOLERANCE}):", markup=False,
@@ -203,9 +201,7 @@ def bench_relaxed(
     if out_json is not None:
         rb.save_json(rows, out_json, meta)
     if plot is not None:
-        rb.plot(rows, plot, grid_gamma, title=f"{pair}: speed vs quality, T={temperature:g}")
-        length = rb.plot(rows, plot.with_name(f"{plot.stem}_length{plot.suffix}"), grid_gamma,
-                         title=f"{pair}: output length vs speed, T={temperature:g}", y="length")
+        _, length = rb.plots(rows, plot, grid_gamma, f"{pair}, T={temperature:g}")
         console.print(f"wrote {plot} and {length}", markup=False)
 
 

@@ -359,20 +359,25 @@ def format_table(rows: Sequence[Row]) -> str:
     return "\n".join(lines)
 
 
-def collapses(rows: Sequence[Row], length_factor: float = 1.3, rep_margin: float = 0.15) -> list[str]:
-    """Rows whose outputs are much longer or much more repetitive than ``ar``'s on the same workload."""
+def collapsed(rows: Sequence[Row], length_factor: float = 1.3, rep_margin: float = 0.15) -> list[tuple[Row, Row]]:
+    """(row, its ar) for the relaxed rows whose outputs are much longer or much more repetitive than ``ar``'s on
+    the same workload (lossless rows differ from ar by noise only)."""
     ar = {r.workload: r for r in rows if r.mode == "ar"}
-    notes = []
-    for r in rows:
-        base = ar.get(r.workload)
-        if r.mode == "ar" or base is None or r.lossless:  # lossless: noise only
-            continue
-        longer = r.output_length > length_factor * base.output_length
-        loops = r.repetition > base.repetition + rep_margin
-        if longer or loops:
-            notes.append(f"{r.workload} {r.drafter} γ={r.gamma} {r.label}: output length {r.output_length:.1f} vs "
-                         f"ar {base.output_length:.1f}, repeated 4-grams {r.repetition:.2f} vs {base.repetition:.2f}")
-    return notes
+    return [(r, ar[r.workload]) for r in rows if r.mode != "ar" and r.workload in ar and not r.lossless
+            and (r.output_length > length_factor * ar[r.workload].output_length
+                 or r.repetition > ar[r.workload].repetition + rep_margin)]
+
+
+def collapses(rows: Sequence[Row], length_factor: float = 1.3, rep_margin: float = 0.15) -> list[str]:
+    """One line per :func:`collapsed` row."""
+    return [f"{r.workload} {r.drafter} γ={r.gamma} {r.label}: output length {r.output_length:.1f} vs "
+            f"ar {base.output_length:.1f}, repeated 4-grams {r.repetition:.2f} vs {base.repetition:.2f}"
+            for r, base in collapsed(rows, length_factor, rep_margin)]
+
+
+def warnings(rows: Sequence[Row]) -> list[str]:
+    """The rows to read with care: ``collapse?`` (rambling) and ``slowed?`` (measured under other load)."""
+    return [f"collapse? {n}" for n in collapses(rows)] + [f"slowed? {n}" for n in slowed(rows)]
 
 
 def static_line_gap(rows: Sequence[Row], metric: str | None = None) -> list[tuple[Row, float]]:
@@ -487,6 +492,13 @@ def plot(rows: Sequence[Row], path: Path, gamma: int | None, title: str = "", y:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def plots(rows: Sequence[Row], path: Path, gamma: int | None, title: str) -> tuple[Path, Path]:
+    """Both figures: speed against quality at ``path``, output length against speed at ``NAME_length.png``."""
+    return (plot(rows, path, gamma, title=f"{title}: speed vs quality"),
+            plot(rows, path.with_name(f"{path.stem}_length{path.suffix}"), gamma,
+                 title=f"{title}: output length vs speed", y="length"))
 
 
 def _y(row: Row, metric: str) -> float:

@@ -12,7 +12,7 @@ import math
 from collections.abc import Sequence
 
 from dimr.relaxed import METHODS
-from dimr.relaxed.bench import Row, collapses, static_line_gap
+from dimr.relaxed.bench import Row, collapsed, static_line_gap
 from dimr.relaxed.transfer import TOLERANCE, Transfer
 
 CLAIMS = {
@@ -80,7 +80,7 @@ def gamma_vs_relaxing(rows: Sequence[Row]) -> list[str]:
 def rambling(rows: Sequence[Row]) -> list[str]:
     """Per drafter: the share of relaxed rows that lose capability (quality below ar − tolerance), the share
     flagged as collapses (much longer or more repetitive than ar), and the mean length and rep4 against ar."""
-    flagged = {n.split(":")[0] for n in collapses(rows)}
+    flagged = {id(r) for r, _ in collapsed(rows)}
     out = []
     for drafter in dict.fromkeys(d for _, d in _groups(rows)):
         rel = [r for w, d in _groups(rows) if d == drafter for r in _relaxed(rows, w, d)]
@@ -88,7 +88,7 @@ def rambling(rows: Sequence[Row]) -> list[str]:
             continue
         lost = [r for r in rel
                 if (a := _ar(rows, r.workload)) is not None and r.quality < a.quality - TOLERANCE[a.metric]]
-        loops = [r for r in rel if f"{r.workload} {r.drafter} γ={r.gamma} {r.label}" in flagged]
+        loops = [r for r in rel if id(r) in flagged]
         length = [r.output_length / a.output_length for r in rel if (a := _ar(rows, r.workload)) is not None]
         rep = [r.repetition - a.repetition for r in rel if (a := _ar(rows, r.workload)) is not None]
         out.append(f"{drafter} draft: {len(lost)}/{len(rel)} relaxed points lose capability, {len(loops)}/{len(rel)} "
