@@ -20,10 +20,13 @@ import json
 import os
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from scipy import stats  # noqa: E402
 from transformers.utils import logging  # noqa: E402
 
 from dimr.decoding import DecodeConfig, Decoder  # noqa: E402
@@ -64,8 +67,15 @@ def auto_goal(rows) -> str:
         return "no auto row"
     best = max(fixed, key=lambda r: r.speedup)
     best_median = max(fixed, key=lambda r: r.speedup_median)
-    return (f"{auto.speedup / best.speedup:.2f} of {best.mode} (fastest pass); "
-            f"{auto.speedup_median / best_median.speedup_median:.2f} of {best_median.mode} (median)")
+    out = (f"{auto.speedup / best.speedup:.2f} of {best.mode} (fastest pass); "
+           f"{auto.speedup_median / best_median.speedup_median:.2f} of {best_median.mode} (median)")
+    paired = [a / b for a, b in zip(getattr(auto, "speedup_passes", []), getattr(best_median, "speedup_passes", []),
+                                    strict=True)]
+    if len(paired) >= 4:  # passes share the machine's state: the ratio within a pass, its median's interval
+        ci = stats.bootstrap((paired,), np.median, confidence_level=0.95, method="percentile", random_state=0)
+        out += (f"; paired by pass {np.median(paired):.2f} [{ci.confidence_interval.low:.2f}, "
+                f"{ci.confidence_interval.high:.2f}]")
+    return out
 
 
 def main() -> None:
@@ -84,7 +94,13 @@ def main() -> None:
                     help="decode the prompt set this many times; per prompt and row the fastest pass counts")
     ap.add_argument("--no-hf", action="store_true")
     ap.add_argument("--out")
+    ap.add_argument("--report", metavar="JSON", help="print the auto goal lines of a run's --out file, decode nothing")
     args = ap.parse_args()
+    if args.report:
+        rows = [SimpleNamespace(**r) for r in json.loads(Path(args.report).read_text())["rows"]]
+        for key in dict.fromkeys((r.workload, r.temperature) for r in rows):
+            print(f"  {key[0]:<6} T={key[1]}: " + auto_goal([r for r in rows if (r.workload, r.temperature) == key]))
+        return
     torch.set_num_threads(args.threads)
     logging.disable_progress_bar()
     t0 = time.time()
@@ -115,7 +131,8 @@ def main() -> None:
             summary.append((name, temperature, {m: (r.mode, r.speedup, r.model_speedup) for m, r in best.items()}))
             goal.append(auto_goal(report.rows))
             dump += [{"workload": name, "temperature": temperature, "mode": r.mode, "speedup": r.speedup,
-                      "speedup_median": r.speedup_median, "model_speedup": r.model_speedup, "nll": r.nll,
+                      "speedup_median": r.speedup_median,
+                      "speedup_passes": r.speedup_passes, "model_speedup": r.model_speedup, "nll": r.nll,
                       "same_as_ar": r.same_as_ar,
                       **r.stats.to_dict()} for r in report.rows]
     print(f"\n## summary {args.pair}: best row per mode, tok/s ratio to ar (cost-model prediction)\n")

@@ -199,8 +199,8 @@ def test_auto_prices_each_forward_size_by_its_own_measurements():
 
 def test_auto_prices_the_work_outside_forwards(decoder: Decoder):
     """Free verification makes lookup/4 at α = 0.5 (1.94 tokens a block) beat ar (1 token) by the table; a
-    measured 2 s per lookup block outside its forwards (1.94 tokens in 3 s) makes ar win. A decode records that
-    time per mode it ran."""
+    measured 2 s per lookup block of 5 verified tokens outside its forwards (1.94 tokens in 3 s) makes ar win;
+    that time is priced per verified token, so a shorter γ can still win. A decode records that time per mode it ran."""
     import random
 
     from dimr.decoding.auto import _by_match
@@ -210,10 +210,15 @@ def test_auto_prices_the_work_outside_forwards(decoder: Decoder):
     chooser.observe(_by_match([("lookup", "full", 500, 1000)], 2))
     rng = random.Random(0)
     assert {chooser.choose(rng, {}, 4, ngram=2).mode for _ in range(20)} == {"lookup"}
-    chooser.observe_overhead("lookup", 2.0)
+    chooser.observe_overhead("lookup", 2.0, verified=5)  # 0.4 s per verified token: 2 s for a block of 4 + 1
     chooser.observe_overhead("ar", -1.0)  # a clock's jitter: never a negative cost
-    assert chooser.overhead == {"lookup": 2.0, "ar": 0.0}
+    assert chooser.overhead == {"lookup": pytest.approx(0.4), "ar": 0.0}
     assert {chooser.choose(rng, {}, 4, ngram=2).mode for _ in range(20)} == {"ar"}
+    # Priced per verified token (0.2 s): lookup/1 (1.5 tokens in 1 + 0.4 s) beats ar (1 token in 1 s), which
+    # beats lookup/4 (1.94 tokens in 1 + 1 s); priced per block (1 s, as measured on blocks of 5) ar would win.
+    short = Chooser(costs, [Arm("ar"), Arm("lookup", 1), Arm("lookup", 4)], counts=dict(chooser.counts),
+                    overhead={"lookup": 0.2, "ar": 0.0})
+    assert {short.choose(rng, {}, 4, ngram=2).label for _ in range(20)} == {"lookup/1"}
     off = Chooser(costs, [Arm("ar")], adapt=False)
     off.observe_overhead("ar", 1.0)
     assert off.overhead == {}
@@ -283,19 +288,22 @@ def test_auto_posterior_fades_to_its_horizon():
     assert a / (a + r) < 0.12
 
 
-def test_auto_runs_longer_ar_stretches_when_ar_keeps_winning(decoder: Decoder):
-    """With ar the only arm, choices are made for 1, 2, 4, 4… tokens: fewer choices than tokens, same output."""
-    config = DecodeConfig(max_new_tokens=NEW_TOKENS, temperature=0.8, seed=3)
-    chooser = Chooser(Costs({t: {1: 1.0} for t in ("draft", "slim", "full")}, "test"), [Arm("ar")])
+@pytest.mark.parametrize("arm", [Arm("ar"), Arm("sd", 2)], ids=["ar", "sd"])
+def test_auto_runs_longer_stretches_when_one_arm_keeps_winning(decoder: Decoder, arm: Arm):
+    """With one arm only, choices are made for 1, 2, 4, 4… blocks: fewer choices than blocks, the same output as
+    the fixed mode."""
+    config = DecodeConfig(max_new_tokens=NEW_TOKENS, temperature=0.8, seed=3, gamma=max(arm.gamma, 1))
+    chooser = Chooser(Costs({t: {1: 1.0} for t in ("draft", "slim", "full")}, "test"), [arm])
+    chooser.counts[("draft", "full")] = [1e3, 0.0]  # the γ cap lets sd run γ = 2 from the first block
     trace: list = []
     result = auto(chooser, decoder.full, decoder.draft, decoder.slim, PROMPT, config, decoder.vocab_size, trace)
-    assert result.tokens == decoder.run(PROMPT, "ar", config).tokens
-    assert len(trace) == NEW_TOKENS  # one traced block per token
-    from dimr.decoding.auto import AR_RUN
+    assert result.tokens == decoder.run(PROMPT, arm.mode, config).tokens
+    assert all(a == arm for a, *_ in trace)
+    from dimr.decoding.auto import RUN
 
-    runs = [1, 2] + [AR_RUN] * NEW_TOKENS
-    expected = next(k for k in range(1, NEW_TOKENS + 1) if sum(runs[:k]) >= NEW_TOKENS)
-    assert chooser.chosen == {"ar": expected}
+    runs = [1, 2] + [RUN] * len(trace)
+    expected = next(k for k in range(1, len(trace) + 1) if sum(runs[:k]) >= len(trace))
+    assert chooser.chosen == {arm.label: expected} and expected < len(trace)
 
 
 # --- the cost model --------------------------------------------------------------------------------------

@@ -17,11 +17,13 @@ also times every forward it asks for: per tier and per forward size, a running r
 seconds rescales the cost table, so a table measured under other load (or one whose multi-token entries are
 off by another factor than its one-token ones) still prices the arms as they run now. It also times each
 block's work outside the forwards (the step's tensor code, the n-gram search, the choice itself), a running mean
-per mode added to that mode's block: where a forward costs a few milliseconds (``mini``) that is 10–15% of an
-``sd`` or ``lookup`` block (0.6 ms) and about 5% of an ``ar`` step. Choices then depend on
+per mode and verified token, added to each block in proportion to its γ + 1: where a forward costs a few
+milliseconds (``mini``) that is 10–15% of an ``sd`` or ``lookup`` block (0.6 ms) and about 5% of an ``ar``
+step. Choices then depend on
 timing, so a sampled ``auto`` decode with a fixed seed may take other paths between runs; its law does not
-change. When ``ar`` wins again and again, each choice runs a longer stretch of ``ar`` tokens (up to
-:data:`AR_RUN`), which keeps the chooser's own time off the per-token cost where nothing speculates.
+change. When one arm wins again and again, each choice runs a longer stretch of its blocks (up to :data:`RUN`),
+which keeps the chooser's own time (0.2–0.3 ms a choice, 4–6% of a ``mini`` block) off the per-token cost once
+the choice has settled; the n-gram proposer is then observed once per choice.
 
 The draw picks the mode; the evidence caps its bet. An arm's γ (and Γ) runs at most 1 + the tokens its tier
 pair has seen accepted, as an adaptive draft length starts short and grows on success: when the draw's best
@@ -55,7 +57,7 @@ PRIOR = (1.0, 2.0)  # Beta(accepted + 1, rejected + 2): a mildly pessimistic sta
 HORIZON = 256.0  # tested tokens a pair's posterior holds at most: older evidence fades (exponential forgetting)
 RATE = 0.1  # weight of the newest forward in the running measured/tabled time ratio
 RATIO_BOUNDS = (0.2, 5.0)  # one forward's ratio is clipped to this: a single stall must not flip the table
-AR_RUN = 4  # ar chosen again and again runs 1, 2, 4… tokens per choice, up to this: fewer choices, same law
+RUN = 4  # an arm chosen again and again runs 1, 2, 4… blocks per choice, up to this: fewer choices, same law
 LOOKUP = ("lookup", "full")
 
 
@@ -93,7 +95,8 @@ class Chooser:
     # tier, or (tier, tokens fed): running measured / tabled seconds of its forwards
     scale: dict[str | tuple[str, int], float] = field(default_factory=dict)
     adapt: bool = True  # rescale the table by measured times (off: price by the table alone)
-    overhead: dict[str, float] = field(default_factory=dict)  # mode → running seconds per block outside forwards
+    # mode → running seconds outside forwards per token a block verifies (γ + 1; Γ + 1 for hier; 1 for ar)
+    overhead: dict[str, float] = field(default_factory=dict)
     _table: dict[tuple[str, int], float] = field(default_factory=dict, repr=False)
 
     def new_prompt(self) -> None:
@@ -131,12 +134,14 @@ class Chooser:
                 old = self.scale.get(key, self.scale.get(tier, 1.0))
                 self.scale[key] = old + RATE * (ratio - old)
 
-    def observe_overhead(self, mode: str, seconds: float) -> None:
+    def observe_overhead(self, mode: str, seconds: float, verified: int = 1) -> None:
         """``seconds``: the time one block of ``mode`` spent outside its forwards (the step's own tensor code,
-        the n-gram search, the choice itself); a running mean per mode, priced with every arm of that mode."""
+        the n-gram search, the choice itself), of a block that verified ``verified`` tokens. Kept per verified
+        token, a running mean per mode: on mini that time grows in proportion to γ + 1 (0.27–0.30 ms per token
+        at T = 0.7 for sd at γ = 1 and 2), so one mean per block would price a long γ below what it costs."""
         if not self.adapt:
             return
-        seconds = max(seconds, 0.0)
+        seconds = max(seconds, 0.0) / max(verified, 1)
         old = self.overhead.get(mode)
         self.overhead[mode] = seconds if old is None else old + RATE * (seconds - old)
 
@@ -161,20 +166,27 @@ class Chooser:
 
         def speed(arm: Arm) -> float:
             tokens, seconds = block(arm.mode, gamma(arm), acceptance, self.price, arm.window)
-            seconds += self.overhead.get(arm.mode, 0.0)
+            seconds += self.overhead.get(arm.mode, 0.0) * verified(arm, gamma(arm))
             for tier in CATCH_UP.get(arm.mode, ()):
                 seconds += self.price(tier, lag[tier] + 1) - self.price(tier, 1)
             return tokens / seconds
 
         # The draw's best arm, whatever its evidence, says which mode to try; a pair with little evidence then
         # bets small: the same mode at the best γ its evidence allows (else the best allowed arm).
-        offered = [a for a in self.arms if a.mode != "lookup" or gamma(a) > 0]
-        arm = max(offered or self.arms[:1], key=speed)
+        offered = [a for a in self.arms if a.mode != "lookup" or gamma(a) > 0] or self.arms[:1]
+        speeds = {a: speed(a) for a in offered}
+        arm = max(offered, key=speeds.__getitem__)
         if not allowed(arm):
             within = [a for a in offered if allowed(a)]
-            arm = max([a for a in within if a.mode == arm.mode] or within or self.arms[:1], key=speed)
+            arm = max([a for a in within if a.mode == arm.mode] or within or self.arms[:1],
+                      key=lambda a: speeds.get(a) or speed(a))
         self.chosen[arm.label] = self.chosen.get(arm.label, 0) + 1
         return arm
+
+
+def verified(arm: Arm, gamma: int) -> int:
+    """Tokens one block of ``arm`` verifies (drafting ``gamma``): the size its step work grows with."""
+    return 1 if arm.mode == "ar" else (arm.window if arm.mode == "hier" else gamma) + 1
 
 
 def _lookup_seen(proposal: Tensor, emitted: Tensor) -> list[modes.Observation]:
@@ -220,7 +232,7 @@ def auto(chooser: Chooser, full: Tier, draft: Tier | None, slim: Tier | None, pr
                                     escalate=escalate)
         return modes.sd_block(proposers[arm.mode], full, out, arm.gamma, generator)
 
-    run = 0  # ar tokens the last choice ran (0: it chose another arm)
+    run, last = 0, None  # blocks the last choice ran, and its arm
     try:
         while not out.done:
             began = time.perf_counter()
@@ -228,9 +240,10 @@ def auto(chooser: Chooser, full: Tier, draft: Tier | None, slim: Tier | None, pr
             proposal, ngram = lookup_match(ids, GAMMAS[-1])
             lag = {t.name: ids.numel() - 1 - t.length for t in (draft, slim) if t is not None}
             arm = chooser.choose(rng, lag, proposal.numel(), ngram)
-            run = min(2 * run, AR_RUN) if arm.mode == "ar" and run else int(arm.mode == "ar")
+            run = min(2 * run, RUN) if arm == last else 1
+            last = arm
             seen, blocks = [], 0
-            for _ in range(max(run, 1)):
+            for _ in range(run):
                 if out.done:
                     break
                 blocks += 1
@@ -243,7 +256,8 @@ def auto(chooser: Chooser, full: Tier, draft: Tier | None, slim: Tier | None, pr
             chooser.observe(_by_match(seen, ngram))
             if timed:
                 forwards = sum(seconds for t in timed for _, seconds in t.log)
-                chooser.observe_overhead(arm.mode, (time.perf_counter() - began - forwards) / max(blocks, 1))
+                size = verified(arm, min(arm.gamma, proposal.numel()) if arm.mode == "lookup" else arm.gamma)
+                chooser.observe_overhead(arm.mode, (time.perf_counter() - began - forwards) / max(blocks, 1), size)
             for t in timed:
                 chooser.observe_forwards(t.name, t.log)
                 t.log.clear()

@@ -60,6 +60,7 @@ class BenchRow:
     modelled: float = float("nan")  # tokens/s the cost table predicts from this row's calls and tokens fed
     model_speedup: float = float("nan")  # modelled / ar's modelled: the prediction of ``speedup`` (prefill included)
     speedup_median: float = float("nan")  # median over passes of the pass's tok/s ratio to ar's in that pass
+    speedup_passes: list[float] = field(default_factory=list)  # each pass's tok/s ratio to ar's in that pass
 
 
 @dataclass
@@ -194,6 +195,7 @@ def run_bench(decoder: Decoder, prompts: list[str], modes: list[str], config: De
             tokens, stats = kept[(i, j)]
             row.stats, row.outputs = row.stats.merge(stats), row.outputs + [tokens]
         ratios = [(t[j][0] / t[j][1]) / (t[0][0] / t[0][1]) for t in totals if t[j][1] and t[0][1]]
+        row.speedup_passes = ratios
         row.speedup_median = statistics.median(ratios) if ratios else float("nan")
     _score(decoder, rows, encoded, config)
     c_rel = _relative_costs(rows, "")
