@@ -21,6 +21,7 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
@@ -110,6 +111,7 @@ class Row:
     per_prompt: dict[str, list[float]] = field(default_factory=dict, repr=False)
     outputs: list[list[int]] = field(default_factory=list, repr=False)
     stats: DecodeStats | None = field(default=None, repr=False)
+    session: str = ""  # the process that decoded it (its start, UTC): a speed-up is against that process's ar
 
     @property
     def label(self) -> str:
@@ -217,31 +219,46 @@ def run_bench(decoder: Decoder, workloads: Sequence[Workload], methods: Sequence
     drafter from lossless runs at every γ of ``gammas`` (the fastest measured). ``points`` thins each grid;
     ``gamma_methods`` limits which methods run at the other γ; ``costs`` is the forward-cost table the
     predictions price calls on (measured here if None). ``saved``: rows of an earlier, interrupted run with
-    the same settings (:func:`load_rows`); a point found there is taken as it is, not decoded again.
+    the same settings (:func:`load_rows`); a point found there is taken as it is, not decoded again. A point
+    decoded now is measured against an ``ar`` decoded in this process (before the workload's first new point),
+    as a resumed run may run on another machine, or the same one at another speed: a row's ``session`` says which
+    process decoded it, and its speed-up is against that process's ``ar``.
     """
     costs = costs or decoder.costs or decoder.measure_costs()
-    kept = {point_key(r): r for r in saved}
+    session = datetime.now(timezone.utc).isoformat(timespec="microseconds")
+    kept = {point_key(r): r for r in saved if r.mode != "ar"}
+    saved_ar = {r.workload: r for r in saved if r.mode == "ar"}  # the latest saved ar of each workload
     rows: list[Row] = []
     for work in workloads:
-        ar_row = kept.get((work.name, "ar"))
-        if ar_row is None:
-            _, _, ar_row = run_one(decoder, work, config, "ar", lossless)
-            ar_row.method, ar_row.speedup, ar_row.cost_speedup = "ar", 1.0, 1.0
-            ar_row.speedup_ci = (1.0, 1.0)
-            ar_row.cost_rate = predict_from_counts(ar_row.tokens, ar_row.stats.calls, ar_row.stats.fed, costs,
-                                                   ar_row.stats.forwards)
-            ar_row.forward_ratio = _forward_ratio(ar_row.stats, ar_row.tokens, ar_row.cost_rate)
-        ar_rate = ar_row.cost_rate
-        rows.append(ar_row)
-        if progress:
-            progress(ar_row)
+        fresh: list[Row] = []
+
+        def base(work: Workload = work, fresh: list[Row] = fresh) -> Row:
+            """This process's ar of ``work``, decoded the first time a point needs it."""
+            if not fresh:
+                _, _, row = run_one(decoder, work, config, "ar", lossless)
+                row.method, row.speedup, row.cost_speedup, row.session = "ar", 1.0, 1.0, session
+                row.speedup_ci = (1.0, 1.0)
+                row.cost_rate = predict_from_counts(row.tokens, row.stats.calls, row.stats.fed, costs,
+                                                    row.stats.forwards)
+                row.forward_ratio = _forward_ratio(row.stats, row.tokens, row.cost_rate)
+                fresh.append(row)
+                rows.append(row)
+                if progress:
+                    progress(row)
+            return fresh[0]
+
+        if work.name in saved_ar:
+            rows.append(saved_ar[work.name])
+            if progress:
+                progress(saved_ar[work.name])
+        else:  # a workload not begun: its ar first
+            base()
         for drafter in drafters:
             done: dict[tuple[int, str, float], Row] = {}
             c_rel_by_gamma: dict[int, float] = {}
 
             def point(method: str, gamma: int, value: float, drafter: str = drafter, done=done,
-                      c_rel_by_gamma=c_rel_by_gamma, ar_row: Row = ar_row, ar_rate: float = ar_rate,
-                      work: Workload = work) -> Row:
+                      c_rel_by_gamma=c_rel_by_gamma, base=base, work: Workload = work) -> Row:
                 if (gamma, method, value) in done:
                     return done[(gamma, method, value)]
                 old = kept.get((work.name, drafter, gamma, method, float(value)))
@@ -254,8 +271,9 @@ def run_bench(decoder: Decoder, workloads: Sequence[Workload], methods: Sequence
                     return old
                 m = METHODS[method]
                 rule = m.build(head, **{**dict(m.fixed), m.param: value})
+                ar_row = base()
                 stats, recorder, row = run_one(decoder, work, replace(config, gamma=gamma), DRAFTERS[drafter], rule)
-                row.method, row.param, row.value, row.drafter = method, m.param, value, drafter
+                row.method, row.param, row.value, row.drafter, row.session = method, m.param, value, drafter, session
                 if gamma not in c_rel_by_gamma:  # draft/full cost per forward, from the first run at γ
                     spent = getattr(stats, "cpu_seconds_tier", None) or stats.seconds
                     per_call = {t: spent[t] / max(stats.calls[t], 1) for t in ("draft", "full")}
@@ -267,7 +285,7 @@ def run_bench(decoder: Decoder, workloads: Sequence[Workload], methods: Sequence
                                                        row.predicted_accepted_length, gamma, row.c_rel)
                 row.cost_rate = predict_from_counts(row.tokens, stats.calls, stats.fed, costs, stats.forwards)
                 row.forward_ratio = _forward_ratio(stats, row.tokens, row.cost_rate)
-                row.cost_speedup = row.cost_rate / ar_rate if ar_rate else math.nan
+                row.cost_speedup = row.cost_rate / ar_row.cost_rate if ar_row.cost_rate else math.nan
                 done[(gamma, method, value)] = row
                 rows.append(row)
                 if progress:
@@ -299,10 +317,10 @@ def _forward_ratio(stats: DecodeStats, tokens: int, cost_rate: float) -> float:
 def slowed(rows: Sequence[Row], margin: float = 0.1) -> list[str]:
     """Rows whose forwards ran more than ``margin`` slower, relative to the table, than their workload's ``ar``
     row's: measured under other load, their speed-up is understated by about that factor (rerun them)."""
-    ar = {r.workload: r for r in rows if r.mode == "ar"}
+    ar = {(r.workload, r.session): r for r in rows if r.mode == "ar"}
     notes = []
     for r in rows:
-        base = ar.get(r.workload)
+        base = ar.get((r.workload, r.session))
         if r.mode == "ar" or base is None or math.isnan(r.forward_ratio) or math.isnan(base.forward_ratio):
             continue
         if r.forward_ratio > (1 + margin) * base.forward_ratio:
@@ -312,9 +330,10 @@ def slowed(rows: Sequence[Row], margin: float = 0.1) -> list[str]:
 
 
 def point_key(row: Row) -> tuple:
-    """What identifies a row's decode across runs: (workload, "ar") or (workload, drafter, γ, method, value)."""
+    """What identifies a row's decode across runs: (workload, "ar", session) or (workload, drafter, γ, method,
+    value)."""
     if row.mode == "ar":
-        return (row.workload, "ar")
+        return (row.workload, "ar", row.session)
     return (row.workload, row.drafter, row.gamma, row.method, float(row.value))
 
 
