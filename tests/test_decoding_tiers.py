@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 import torch
@@ -373,27 +371,6 @@ def test_measured_step_work_per_mode(decoder: Decoder):
     assert set(bare.measure_steps(["sd", "self", "hier"], tokens=4)) == {"sd"}
     costs = bare.measure_costs(lengths=(1, 2), reps=1, steps=["ar", "sd"])
     assert set(costs.steps) == {"ar", "sd"} and costs.table["full"]
-
-
-def test_auto_starts_from_the_calibration_acceptance(decoder: Decoder):
-    """The calibration decodes record each tier pair's accepted and tested drafted tokens; the table keeps them
-    (also through JSON) and a chooser starts from them, weighted as at most CALIBRATION_WEIGHT tested tokens (the
-    n-gram proposer apart: it is observed in every block anyway)."""
-    from dimr.decoding.auto import CALIBRATION_WEIGHT
-
-    _, acceptance = decoder.calibrate(["sd", "self", "hier", "lookup"], tokens=6, reps=1)
-    assert {"draft>full", "slim>full", "draft>slim"} <= set(acceptance)
-    assert all(0 <= a <= t and t > 0 for a, t in acceptance.values())
-    costs = decoder.measure_costs(lengths=(1, 2), reps=1, steps=["sd", "self"])
-    assert set(costs.acceptance) == {"draft>full", "slim>full"}
-    assert Costs.from_dict(json.loads(json.dumps(costs.to_dict()))).acceptance == costs.acceptance
-    given = Costs({"full": {1: 1.0}}, "test", acceptance={"draft>full": (30, 40), "slim>full": (1, 4),
-                                                          "lookup>full": (5, 10)})
-    chooser = Chooser(given, arms(True, True))
-    w = CALIBRATION_WEIGHT / 40
-    assert chooser.counts == {("draft", "full"): [pytest.approx(30 * w), pytest.approx(10 * w)],
-                              ("slim", "full"): [1.0, 3.0]}
-    assert Chooser(Costs({"full": {1: 1.0}}, "test"), arms(True, True)).counts == {}
 
 
 def test_roofline_is_flat_up_to_the_knee():

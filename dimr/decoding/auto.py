@@ -11,13 +11,7 @@ blocks where the last n-gram occurred before, priced at the length of what follo
 kept per matched n-gram length (a proposal after a matched trigram is accepted more often than one after a
 single matched token), so a block is priced with the rate of the match it would use.
 
-A chooser starts from the acceptance its cost table saw in the calibration decodes (``Decoder.calibrate``, a
-fixed text), weighted as at most :data:`CALIBRATION_WEIGHT` tested tokens. Without it a pair that no arm ever
-ran stays at the prior and out of reach: a ``hier`` arm's window Γ ≥ 4 needs 3 tokens seen accepted by the
-full verifier from the slim, which only ``self`` blocks give, and ``self`` rarely wins a draw from the prior
-(on mini, 0 slim calls in 12 passes while ``hier@4x12`` was the fastest fixed row on the task at T = 0.7); and
-a pair whose first drafted token is rejected can look worse than ``ar`` for the rest of a short decode. The
-posterior counts live in the :class:`Chooser` and carry over between prompts, faded to at most
+The posterior counts live in the :class:`Chooser` and carry over between prompts, faded to at most
 :data:`HORIZON` tested tokens per pair (running estimates that still adapt to a new prompt). The chooser
 also times every forward it asks for: per tier and per forward size, a running ratio of measured to tabled
 seconds rescales the cost table, so a table measured under other load (or one whose multi-token entries are
@@ -60,7 +54,6 @@ PAIRS = (("draft", "full"), ("slim", "full"), ("lookup", "full"), ("draft", "sli
 CATCH_UP = {"sd": ("draft",), "self": ("slim",), "hier": ("draft", "slim")}  # tiers an arm brings up to date
 DRAFTS = {"sd": ("draft", "full"), "self": ("slim", "full"), "lookup": ("lookup", "full")}  # two-tier arms' pair
 PRIOR = (1.0, 2.0)  # Beta(accepted + 1, rejected + 2): a mildly pessimistic start (mean 1/3)
-CALIBRATION_WEIGHT = 8.0  # tested tokens the calibration decodes' acceptance counts for, at most, at the start
 HORIZON = 256.0  # tested tokens a pair's posterior holds at most: older evidence fades (exponential forgetting)
 RATE = 0.1  # weight of the newest forward in the running measured/tabled time ratio
 RATIO_BOUNDS = (0.2, 5.0)  # one forward's ratio is clipped to this: a single stall must not flip the table
@@ -105,14 +98,6 @@ class Chooser:
     # mode → running seconds outside forwards per token a block verifies (γ + 1; Γ + 1 for hier; 1 for ar)
     overhead: dict[str, float] = field(default_factory=dict)
     _table: dict[tuple[str, int], float] = field(default_factory=dict, repr=False)
-
-    def __post_init__(self) -> None:
-        for key, (accepted, tested) in (self.costs.acceptance or {}).items():
-            pair = tuple(key.split(">"))
-            if tested <= 0 or pair == LOOKUP or pair in self.counts:  # lookup is observed free in every block
-                continue
-            w = min(1.0, CALIBRATION_WEIGHT / tested)
-            self.counts[pair] = [accepted * w, (tested - accepted) * w]
 
     def new_prompt(self) -> None:
         self.chosen = {}

@@ -42,8 +42,6 @@ class Costs:
     source: str = "measured"
     sublayers: Mapping | None = None
     steps: Mapping[str, float] | None = None  # mode → seconds per block outside the forwards (the step's own work)
-    # tier pair ("draft>full") → (accepted, tested) drafted tokens in the calibration decodes (auto's prior)
-    acceptance: Mapping[str, tuple[int, int]] | None = None
 
     def step(self, mode: str) -> float:
         """Seconds one block of ``mode`` (``sd@2`` → ``sd``) spends outside its forwards; 0 when not measured."""
@@ -78,8 +76,6 @@ class Costs:
                                                 for t, row in self.table.items()}}
         if self.steps:
             out["steps"] = dict(self.steps)
-        if self.acceptance:
-            out["acceptance"] = {k: list(v) for k, v in self.acceptance.items()}
         if self.sublayers:
             out["sublayers"] = {k: ({str(n): c for n, c in v.items()} if isinstance(v, Mapping) else v)
                                 for k, v in self.sublayers.items()}
@@ -91,10 +87,8 @@ class Costs:
         if sub is not None:
             sub = {k: ({int(n): float(c) for n, c in v.items()} if k in SUBLAYER_PARTS else v) for k, v in sub.items()}
         steps = {str(m): float(v) for m, v in data["steps"].items()} if data.get("steps") else None
-        acceptance = ({str(k): (int(a), int(t)) for k, (a, t) in data["acceptance"].items()}
-                      if data.get("acceptance") else None)
         return cls({t: {int(n): float(c) for n, c in row.items()} for t, row in data["table"].items()},
-                   data.get("source", "file"), sub, steps, acceptance)
+                   data.get("source", "file"), sub, steps)
 
     @classmethod
     def load(cls, path: Path) -> Costs:

@@ -140,49 +140,36 @@ class Decoder:
     def measure_costs(self, lengths: Sequence[int] = COST_LENGTHS, reps: int = 5,
                       steps: Sequence[str] = (), temperature: float = 0.0) -> Costs:
         """Time every tier on this machine (a few seconds) and keep the table for ``auto``; with ``steps`` (modes),
-        also each mode's work per block outside the forwards at ``temperature`` and each tier pair's acceptance on
-        the calibration text (:meth:`calibrate`; ``auto`` starts from it)."""
+        also each mode's work per block outside the forwards at ``temperature`` (:meth:`measure_steps`)."""
         self.costs = measure(self.tiers(), lengths, reps)  # auto's calibration decode prices by it
         if steps:
-            work, acceptance = self.calibrate(steps, temperature=temperature)
-            self.costs = replace(self.costs, steps=work or None, acceptance=acceptance or None)
+            self.costs = replace(self.costs, steps=self.measure_steps(steps, temperature=temperature))
         self.chooser = None
         return self.costs
 
+    @torch.inference_mode()
     def measure_steps(self, modes: Sequence[str], tokens: int = 16, gamma: int = 2, reps: int = 2,
                       temperature: float = 0.0) -> dict[str, float]:
-        """Seconds per block each mode spends outside its forwards (:meth:`calibrate`)."""
-        return self.calibrate(modes, tokens, gamma, reps, temperature)[0]
-
-    @torch.inference_mode()
-    def calibrate(self, modes: Sequence[str], tokens: int = 16, gamma: int = 2, reps: int = 2,
-                  temperature: float = 0.0) -> tuple[dict[str, float], dict[str, tuple[int, int]]]:
-        """Decodes of ``tokens`` tokens of a fixed calibration text at ``temperature`` with each mode, ``reps``
-        times. Returns (steps, acceptance): per mode, the seconds per block spent outside its forwards
-        (sampling, acceptance, the n-gram search, cache bookkeeping; for ``auto`` also its choice), the fastest
-        of ``reps`` (sampling costs more than an argmax); per tier pair (``"draft>full"``), the drafted tokens
-        accepted and tested over all these decodes. The forwards' own time is the tiers' timing, so steps need
-        timed tiers (on a GPU they are untimed by default: then no step is measured)."""
+        """Seconds per block each mode spends outside its forwards (sampling, acceptance, the n-gram search,
+        cache bookkeeping; for ``auto`` also its choice), from decodes of ``tokens`` tokens of a fixed
+        calibration text at ``temperature`` (sampling costs more than an argmax), the fastest of ``reps``. The
+        forwards' own time is the tiers' timing, so it needs timed tiers (on a GPU they are untimed by default:
+        then nothing is measured)."""
         prompt = (self.encode(STEP_PROMPT) if self.tokenizer is not None  # a bare model: tokens as measure() uses
                   else torch.arange(16, device=self.device) % 50 + 3)
         config = DecodeConfig(max_new_tokens=tokens, gamma=gamma, temperature=temperature, eos_token_ids=())
-        timed = all(t.timed for t in self.tiers().values())
-        steps: dict[str, float] = {}
-        acceptance: dict[str, tuple[int, int]] = {}
+        out = {}
         for mode in dict.fromkeys(m.partition("@")[0] for m in modes):
-            if mode not in MODES or (self.slim is None and mode in NEEDS_SLIM):
+            if (mode not in MODES or not all(t.timed for t in self.tiers().values())
+                    or (self.slim is None and mode in NEEDS_SLIM)):
                 continue
             best = math.inf
             for _ in range(reps):
                 s = self.run(prompt, mode, config).stats
                 best = min(best, max(s.wall_seconds - sum(s.seconds.values()), 0.0) / max(s.blocks, 1))
-                for pair, (a, t) in s.tested.items():
-                    old = acceptance.get(pair, (0, 0))
-                    acceptance[pair] = (old[0] + a, old[1] + t)
-            if timed:
-                steps[mode] = best
+            out[mode] = best
         self.chooser = None  # the calibration decodes of auto must not warm the chooser a measurement then uses
-        return steps, acceptance
+        return out
 
     def auto_chooser(self) -> Chooser:
         if self.chooser is None:
