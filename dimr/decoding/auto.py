@@ -22,8 +22,8 @@ milliseconds (``mini``) that is 10–15% of an ``sd`` or ``lookup`` block (0.6 m
 step. Choices then depend on
 timing, so a sampled ``auto`` decode with a fixed seed may take other paths between runs; its law does not
 change. When one arm wins again and again, each choice runs a longer stretch of its blocks (up to :data:`RUN`),
-which keeps the chooser's own time (0.2–0.3 ms a choice, 4–6% of a ``mini`` block) off the per-token cost once
-the choice has settled; the n-gram proposer is then observed once per choice.
+which keeps the chooser's own time (the choice, the n-gram look-up) off the per-token cost once the choice has
+settled; the n-gram proposer is then observed once per choice.
 
 The draw picks the mode; the evidence caps its bet. An arm's γ (and Γ) runs at most 1 + the tokens its tier
 pair has seen accepted, as an adaptive draft length starts short and grows on success: when the draw's best
@@ -178,8 +178,7 @@ class Chooser:
         arm = max(offered, key=speeds.__getitem__)
         if not allowed(arm):
             within = [a for a in offered if allowed(a)]
-            arm = max([a for a in within if a.mode == arm.mode] or within or self.arms[:1],
-                      key=lambda a: speeds.get(a) or speed(a))
+            arm = max([a for a in within if a.mode == arm.mode] or within or offered[:1], key=speeds.__getitem__)
         self.chosen[arm.label] = self.chosen.get(arm.label, 0) + 1
         return arm
 
