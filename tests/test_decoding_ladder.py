@@ -267,3 +267,42 @@ def test_bench_model_speedup_is_prediction_over_prediction(tiny_pair):
     assert rows["ar"].model_speedup == 1.0
     assert rows["sd@2"].model_speedup == pytest.approx(by_hand(rows["sd@2"]) / by_hand(rows["ar"]))
     assert rows["ar"].modelled == pytest.approx(by_hand(rows["ar"])) and rows["ar"].modelled < 1.0  # prefill
+
+
+def test_bench_auto_warm_starts_every_pass_from_the_warmed_chooser(tiny_pair, monkeypatch):
+    """The auto-warm row's chooser is the one that decoded the held-out prompts, copied afresh at every pass
+    (what a pass learns does not reach the next); the cold auto row starts every pass without one; greedy,
+    both emit ar's tokens. Without held-out prompts the row is refused in one line."""
+    import copy
+
+    from dimr.decoding import bench
+
+    dec = Decoder.load("tiny-random", device="cpu")
+    dec.costs = Costs({t: {1: 1.0, 17: 1.8} for t in ("draft", "full")}, "test")
+    warmed, starts = [], []
+    real_warm, real_run = bench.warm_chooser, Decoder.run
+
+    def warm_chooser(*args):
+        chooser = real_warm(*args)
+        warmed.append(copy.deepcopy(chooser.counts))
+        return chooser
+
+    def run(self, ids, mode, config, *args):
+        if mode == "auto" and config.max_new_tokens == 10:  # the measured decodes, not the warm-up's 8 tokens
+            starts.append(None if self.chooser is None else (id(self.chooser), copy.deepcopy(self.chooser.counts)))
+        return real_run(self, ids, mode, config, *args)
+
+    monkeypatch.setattr(bench, "warm_chooser", warm_chooser)
+    monkeypatch.setattr(Decoder, "run", run)
+    report = bench.run_bench(dec, [PROMPT], ["sd@2", "auto", bench.WARM], DecodeConfig(max_new_tokens=10),
+                             hf=False, passes=2, warm=["def g(y):", "class A:"])
+    assert len(warmed) == 1 and sum(sum(c) for c in warmed[0].values()) > 0  # the held-out decodes taught it
+    assert len(starts) == 6  # the 2 held-out decodes, then auto and auto-warm in each of 2 passes
+    cold, warm = starts[2::2], starts[3::2]
+    assert cold == [None, None]
+    assert [counts for _, counts in warm] == [warmed[0], warmed[0]] and warm[0][0] != warm[1][0]
+    rows = {r.mode: r for r in report.rows}
+    assert rows[bench.WARM].outputs == rows["auto"].outputs == rows["ar"].outputs
+    assert rows["auto"].arms and rows[bench.WARM].arms and not rows["sd@2"].arms  # what each auto row chose
+    with pytest.raises(DimrError, match="held-out prompts"):
+        bench.run_bench(dec, [PROMPT], [bench.WARM], DecodeConfig(max_new_tokens=10), hf=False, warmup=False)

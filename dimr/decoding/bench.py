@@ -15,6 +15,7 @@ compilation gained over the eager rows.
 
 from __future__ import annotations
 
+import copy
 import statistics
 import time
 from collections.abc import Sequence
@@ -34,6 +35,7 @@ HF_LOOKUP = "hf-lookup"
 HF_PEERS = (HF, HF_SLIM, HF_LOOKUP)
 COMPILED = "+c"  # suffix of the rows decoded with static caches and compiled forwards
 LADDER = "ladder"  # rows ``ladder@γxΓ``: hier on the ladder decoder (a heavier slim drafts for the slim)
+WARM = "auto-warm"  # auto whose chooser starts every pass as one warmed on held-out prompts (a serving process)
 
 DEFAULT_PROMPTS = (
     "def fibonacci(n):\n",
@@ -61,6 +63,7 @@ class BenchRow:
     model_speedup: float = float("nan")  # modelled / ar's modelled: the prediction of ``speedup`` (prefill included)
     speedup_median: float = float("nan")  # median over passes of the pass's tok/s ratio to ar's in that pass
     speedup_passes: list[float] = field(default_factory=list)  # each pass's tok/s ratio to ar's in that pass
+    arms: dict[str, int] = field(default_factory=dict)  # auto rows: choices per arm (sd/2, lookup/1…), all passes
 
 
 @dataclass
@@ -142,7 +145,7 @@ def output_nll(decoder: Decoder, prompt: torch.Tensor, tokens: list[int]) -> tup
 
 def run_bench(decoder: Decoder, prompts: list[str], modes: list[str], config: DecodeConfig,
               hf: bool | Sequence[str] = True, warmup: bool = True, compiled: bool = False,
-              ladder: Decoder | None = None, passes: int = 1) -> BenchReport:
+              ladder: Decoder | None = None, passes: int = 1, warm: Sequence[str] = ()) -> BenchReport:
     """Decode every prompt with every mode (``ar`` first) and the assisted-generation peer; with ``compiled``,
     every mode again on static caches and compiled forwards (compiled before the measurement). ``ladder``:
     the same verifier and slim with a heavier slim as draft tier (`Decoder.load(draft_slim=...)`), which the
@@ -152,6 +155,11 @@ def run_bench(decoder: Decoder, prompts: list[str], modes: list[str], config: De
     ``passes``: the whole set that many times; per prompt and row the fastest pass is kept (interference only
     adds time), and ``speedup_median`` is the median over passes of each pass's own ratio to ``ar``. Each pass
     starts ``auto`` from a fresh chooser, so every pass is the same experiment.
+
+    ``warm``: held-out prompts of the same workload (none of ``prompts``). The row ``auto-warm`` decodes with a
+    chooser that first decoded them with ``auto`` (as a serving process's chooser has seen earlier requests):
+    every pass starts from a copy of that chooser, so it learns nothing from the measured prompts but what
+    ``auto`` itself learns within a pass.
     """
     modes = ["ar"] + [m for m in modes if m != "ar"]
     peers = list(HF_PEERS if hf is True else hf or [])
@@ -177,15 +185,20 @@ def run_bench(decoder: Decoder, prompts: list[str], modes: list[str], config: De
     rows = [BenchRow(name, DecodeStats(name, 0 if name.startswith("ar") else config.gamma)) for name in names]
     if warmup:  # first-call allocations and lazy initialisation are not part of the measurement
         for name in names:
-            _decode(decoders, name, encoded[0], replace(config, max_new_tokens=min(8, config.max_new_tokens)))
+            _decode(decoders, name, encoded[0], replace(config, max_new_tokens=min(8, config.max_new_tokens)), {})
+    warmed = warm_chooser(decoder, warm, config) if WARM in names else None
     kept: dict[tuple[int, int], tuple[list[int], DecodeStats]] = {}
     totals = [[[0, 0.0] for _ in rows] for _ in range(passes)]  # per pass and row: tokens, seconds
     for p in range(passes):
         for dec in decoders.values():
             dec.chooser = None
+        choosers = {"auto": None, WARM: copy.deepcopy(warmed)}
         for i, ids in enumerate(encoded):
             for j, row in enumerate(rows):
-                tokens, stats = _decode(decoders, row.mode, ids, config)
+                tokens, stats = _decode(decoders, row.mode, ids, config, choosers)
+                if row.mode in choosers:
+                    for arm, n in choosers[row.mode].chosen.items():
+                        row.arms[arm] = row.arms.get(arm, 0) + n
                 totals[p][j][0] += stats.tokens
                 totals[p][j][1] += stats.wall_seconds
                 if (i, j) not in kept or stats.wall_seconds < kept[(i, j)][1].wall_seconds:
@@ -214,7 +227,8 @@ def run_bench(decoder: Decoder, prompts: list[str], modes: list[str], config: De
             row.predicted = s.tokens / cost if cost else float("nan")
     for row in rows:
         table = ladder.costs if row.mode.startswith(LADDER) else costs
-        step = "hier" if row.mode.startswith(LADDER) else row.mode.removesuffix(COMPILED)
+        step = ("hier" if row.mode.startswith(LADDER) else "auto" if row.mode == WARM
+                else row.mode.removesuffix(COMPILED))
         row.modelled = predict_from_counts(row.stats.tokens, row.stats.calls, row.stats.fed, table,
                                            row.stats.forwards, row.stats.blocks, "" if row.mode in HF_PEERS else step)
     for row in rows:  # predicted against predicted, as measured against measured: the prefill both share cancels
@@ -238,13 +252,33 @@ def _relative_costs(rows: list[BenchRow], suffix: str) -> dict[str, float]:
     return c_rel
 
 
-def _decode(decoders: dict[str, Decoder], name: str, ids: torch.Tensor,
-            config: DecodeConfig) -> tuple[list[int], DecodeStats]:
+def warm_chooser(decoder: Decoder, prompts: Sequence[str], config: DecodeConfig):
+    """``auto``'s chooser after decoding ``prompts`` (held out from the measurement) with ``auto``."""
+    if not prompts:
+        raise DimrError(f"the {WARM} row needs held-out prompts to warm its chooser on; pass warm prompts "
+                        "(benchmarks/bench_tiers.py --warm N)")
+    decoder.chooser = None
+    for prompt in prompts:
+        decoder.run(decoder.encode(prompt), "auto", config)
+    warmed, decoder.chooser = decoder.chooser, None
+    return warmed
+
+
+def _decode(decoders: dict[str, Decoder], name: str, ids: torch.Tensor, config: DecodeConfig,
+            choosers: dict | None = None) -> tuple[list[int], DecodeStats]:
+    """One row's decode of ``ids``; ``choosers``: the auto rows' choosers (``auto``, ``auto-warm``), each kept
+    across the prompts of a pass."""
     if name in HF_PEERS:
         return _hf_assisted(decoders[""], ids, config, name)
     suffix = COMPILED if name.endswith(COMPILED) else LADDER if name.startswith(LADDER) else ""
     mode, config = parse_spec(name.removesuffix(COMPILED), config)
-    result = decoders[suffix].run(ids, "hier" if mode == LADDER else mode, config)
+    if name == WARM and choosers is None:
+        raise DimrError(f"the {WARM} row needs a warmed chooser (run_bench(..., warm=prompts))")
+    if choosers is not None and name in choosers:
+        decoders[""].chooser = choosers[name]
+    result = decoders[suffix].run(ids, "hier" if mode == LADDER else "auto" if mode == WARM else mode, config)
+    if choosers is not None and name in choosers:
+        choosers[name] = decoders[""].chooser
     result.stats.mode = name
     return result.tokens, result.stats
 
