@@ -94,7 +94,7 @@ def bench_relaxed(
     transfer: str = typer.Option("", "--transfer", help="SOURCE:TARGET[,…] or all: tune each method's value on "
                                  "SOURCE (fastest within tolerance of ar), report what it loses on TARGET"),
     costs_file: Path = typer.Option(None, "--costs", help="forward-cost table (`dimr bench-forward --json`); "
-                                    "measured here if absent"),
+                                    "measured here, with each mode's step work, if absent (again on --resume)"),
     out_json: Path = typer.Option(None, "--json-out", help="write the rows as JSON (rewritten after every row)"),
     resume: bool = typer.Option(False, "--resume", help="continue the interrupted run in --json-out: its points "
                                 "are kept, only the missing ones are decoded (same settings required)"),
@@ -147,8 +147,7 @@ def bench_relaxed(
             raise DimrError(f"--resume: {out_json} was run with {differs}; rerun with its settings or give "
                             "another --json-out")
         meta["workloads"] = {**saved_meta.get("workloads", {}), **meta["workloads"]}
-    costs = Costs.load(costs_file) if costs_file is not None else (
-        Costs.from_dict(saved_meta["costs"]) if saved_meta and saved_meta.get("costs") else None)
+    costs = Costs.load(costs_file) if costs_file is not None else None
     _threads(threads)
     decoder = Decoder.load(pair, device=device)
     trained = load_head(head, decoder.draft.model, decoder.full.model)[0] if head is not None else None
@@ -162,8 +161,11 @@ def bench_relaxed(
     console.print(f"plan: up to {runs} decodes of {' + '.join(f'{len(w.prompts)}×{w.max_new_tokens}' for w in loaded)}"
                   f" tokens (≤ {budget} tokens in all){kept_note}",
                   markup=False, highlight=False, soft_wrap=True)
-    costs = costs or decoder.costs or decoder.measure_costs()
-    meta["costs"] = costs.to_dict()
+    # Every process prices its own rows on a table it measures: the machine's speed moves between sessions.
+    costs = costs or decoder.measure_costs(steps=("ar", *rb.DRAFTERS.values()), temperature=temperature)
+    session = rb.new_session()
+    meta["costs"] = (saved_meta or {}).get("costs") or costs.to_dict()  # the first process's (older rows')
+    meta["tables"] = {**(saved_meta or {}).get("tables", {}), session: costs.to_dict()}
     finished: list = []
     kept_ids = {id(r) for r in saved}
 
@@ -183,7 +185,7 @@ def bench_relaxed(
         rows = rb.run_bench(decoder, loaded, chosen, config, gamma_list, grid_gamma, trained, progress,
                             points=grid_points or None,
                             gamma_methods=None if gamma_methods == "all" else gamma_methods.split(","),
-                            drafters=draft_list, costs=costs, saved=saved)
+                            drafters=draft_list, costs=costs, saved=saved, session=session)
     except KeyboardInterrupt:
         where = (f"{len(finished)} rows in {out_json}; the same command with --resume goes on from there"
                  if out_json is not None else "nothing saved (no --json-out)")

@@ -198,16 +198,32 @@ def test_lookup_with_relaxed_rules(decoder: Decoder):  # noqa: F811
 def test_bench_rows_wire_the_cost_model_and_intervals(tiny_pair):
     dec = Decoder.load("tiny-random")
     works = [rw.load_workload("arithmetic", 3, 10, pair="tiny-random")]
-    costs = Costs({"full": {1: 0.05, 17: 0.05}, "draft": {1: 0.01, 17: 0.01}}, "flat")
+    steps = {"ar": 0.002, "sd": 0.004, "lookup": 0.003}  # step work per block, measured at γ = 2
+    costs = Costs({"full": {1: 0.05, 17: 0.05}, "draft": {1: 0.01, 17: 0.01}}, "flat", steps=steps)
     config = DecodeConfig(temperature=1.0, seed=0)
     rows = rb.run_bench(dec, works, ["static", "contrastive"], config, gammas=(3,), full_grid_gamma=3, points=1,
-                        drafters=("model", "ngram"), costs=costs)
+                        drafters=("model", "ngram"), costs=costs, session="s1")
     ar = rows[0]
     assert ar.mode == "ar" and {(r.drafter, r.method) for r in rows[1:]} == {
         ("model", "static"), ("model", "contrastive"), ("ngram", "static")}
+    assert {r.session for r in rows} == {"s1"}
     seconds = lambda s: s.calls["full"] * 0.05 + s.calls["draft"] * 0.01  # noqa: E731  (flat costs)
+
+    def by_hand(r) -> float:  # forwards + step work per verified token (γ + 1 = 4 of the 3 measured) + the rule's
+        step = r.stats.blocks * steps[r.mode] * (1 if r.mode == "ar" else 4 / 3)
+        if r.mode == "ar":
+            return r.tokens / (seconds(r.stats) + step)
+        verifications = r.stats.blocks if r.drafter == "model" else 0  # every draft-model block verifies once
+        return r.tokens / (seconds(r.stats) + step + verifications * r.rule_seconds)
+
+    assert ar.cost_rate == pytest.approx(by_hand(ar))
     for r in rows[1:]:
-        assert r.cost_speedup == pytest.approx((r.tokens / seconds(r.stats)) / (ar.tokens / seconds(ar.stats)))
+        assert r.rule_seconds >= 0 and math.isfinite(r.rule_seconds)
+        if r.drafter == "model":
+            assert r.cost_speedup == pytest.approx(by_hand(r) / by_hand(ar))
+        else:  # an n-gram block without a match verifies nothing: between every block verifying and none
+            every = r.tokens / (r.tokens / by_hand(r) + r.stats.blocks * r.rule_seconds)
+            assert every * (1 - 1e-9) <= r.cost_rate <= by_hand(r) * (1 + 1e-9)
         assert r.speedup == pytest.approx(sum(ar.per_prompt["seconds"]) / sum(r.per_prompt["seconds"]))
         assert r.speedup_ci == pytest.approx(ratio_interval(ar.per_prompt["seconds"], r.per_prompt["seconds"]))
         assert r.quality_ci == pytest.approx(mean_interval(r.per_prompt["quality"]))
@@ -222,6 +238,20 @@ def test_bench_rows_wire_the_cost_model_and_intervals(tiny_pair):
     assert all(r.stats.calls["draft"] == 0 for r in rows if r.drafter == "ngram" and r.mode != "ar")
     assert "skipped: contrastive" not in "\n".join(rb.skipped(["static"], ["ngram"], None))
     assert any("contrastive with the n-gram drafter" in s for s in rb.skipped(["contrastive"], ["ngram"], None))
+
+
+def test_rule_seconds_times_the_rule_on_the_pairs_sizes(tiny_pair):
+    """The rule's own work is timed on distributions of the pair's vocabulary and hidden states of its sizes."""
+    dec = Decoder.load("tiny-random")
+    seen = []
+
+    def rule(draft_probs, full_probs, context):
+        seen.append((*draft_probs.shape, *full_probs.shape, *context.h_draft.shape, *context.h_full.shape))
+        return verify.lossless(draft_probs, full_probs, context)
+
+    seconds = rb.rule_seconds(rule, dec, 3, 0.7, reps=2)
+    v, hd, hf = dec.vocab_size, dec.draft.model.config.hidden_size, dec.full.model.config.hidden_size
+    assert seen == [(3, v, 4, v, 3, hd, 4, hf)] * 2 and 0 < seconds < math.inf
 
 
 def test_the_grid_runs_at_the_best_lossless_gamma(tiny_pair):
@@ -301,6 +331,8 @@ def test_an_interrupted_bench_resumes_where_it_stopped(capsys, tmp_path, tiny_pa
         if r.mode != "ar":
             assert r.speedup == pytest.approx(ars[(r.workload, r.session)].seconds / r.seconds)
     assert sum(r.session == new_ar.session for r in rows) == len(reference) - 3 + 1
+    tables = rb.load_rows(part)[1]["tables"]  # each process priced its rows on a table it measured, step work too
+    assert set(tables) == {old_ar.session, new_ar.session} and all(t["steps"]["sd"] > 0 for t in tables.values())
     resumed = {same(r): r for r in rows}
     assert set(resumed) == {same(r) for r in reference.values()}
     for r in reference.values():  # same seeds: the same decodes, whichever run made them

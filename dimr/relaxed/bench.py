@@ -8,7 +8,9 @@ use it). Per row: acceptance rate (accepted / tested drafted tokens), mean accep
 prediction E[Σ_k Π_{t≤k} β_t], output length, the repeated-4-gram rate (rambling), tokens/s, speed-up over ``ar``
 (end-to-end time for the whole workload, so longer answers cost what they cost; CPU time of this process when the
 decoder records it, else wall time) with two predictions beside it: the forward-cost model's (the run's forward
-calls priced on a measured table c(tier, n), :func:`dimr.decoding.costs.predict_from_counts`) and the survey's
+calls priced on a table c(tier, n) measured by the process that decoded the row,
+:func:`dimr.decoding.costs.predict_from_counts`, plus each block's step work and the rule's own work per
+verification beyond lossless verification's, :func:`rule_seconds`) and the survey's
 S = (L̄_AR/L̄)·(l̄ + 1)/(1 + γ·c_rel); quality (exact match, or the full verifier's log-likelihood per token);
 and 95% intervals over the prompts (:mod:`dimr.relaxed.metrics`) for the per-prompt metrics and the speed-up.
 """
@@ -28,9 +30,10 @@ import torch
 
 from dimr.decoding.costs import Costs, predict_from_counts
 from dimr.decoding.decoder import Decoder
+from dimr.decoding.sampling import Sampler
 from dimr.decoding.sequence import DecodeConfig
 from dimr.decoding.stats import DecodeStats
-from dimr.decoding.verify import TargetsFn, lossless
+from dimr.decoding.verify import Context, TargetsFn, lossless
 from dimr.relaxed import METHODS, EnsembleHead
 from dimr.relaxed.metrics import mean_interval, ratio_interval, repetition
 from dimr.relaxed.predict import Recorder, survey_speedup
@@ -97,6 +100,7 @@ class Row:
     cost_speedup: float = math.nan  # the forward-cost model's prediction from this run's calls
     cost_rate: float = math.nan  # the cost model's tokens/s for this row's calls (its ar's is the ratio's base)
     forward_ratio: float = math.nan  # CPU seconds its forwards took / the table's price for them (load: > 1)
+    rule_seconds: float = math.nan  # its rule's own work per verification beyond lossless's (the cost model's)
     quality: float = math.nan
     steps: float = math.nan
     loglik: float = math.nan
@@ -208,24 +212,63 @@ def skipped(methods: Sequence[str], drafters: Sequence[str], head: EnsembleHead 
     return notes
 
 
+STEP_GAMMA = 2  # the γ `Decoder.measure_steps` calibrates at: step work is priced per verified token from it
+
+
+def rule_seconds(rule: TargetsFn, decoder: Decoder, gamma: int, temperature: float, reps: int = 3) -> float:
+    """Seconds one verification of γ drafted tokens by ``rule`` takes at the pair's vocabulary (random logits,
+    hidden states of the pair's sizes for the rules that read them; fastest of ``reps``): the rule's own work,
+    which no forward's price contains."""
+    gen = torch.Generator().manual_seed(0)
+    vocab = decoder.vocab_size
+    sampler = Sampler(temperature=temperature)
+    draft_logits, full_logits = (torch.randn(n, vocab, generator=gen) * 3 for n in (gamma, gamma + 1))
+    draft_probs, full_probs = sampler.probs(draft_logits), sampler.probs(full_logits)
+    hidden = [torch.randn(n, m.config.hidden_size, generator=gen)
+              for n, m in ((gamma, decoder.draft.model), (gamma + 1, decoder.full.model))]
+    context = Context(torch.multinomial(draft_probs, 1, generator=gen)[:, 0], draft_logits, full_logits, sampler,
+                      *hidden)
+    best = math.inf
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        rule(draft_probs, full_probs, context)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def cost_rate(stats: DecodeStats, tokens: int, costs: Costs, mode: str, gamma: int, verifications: int = 0,
+              rule: float = 0.0) -> float:
+    """The cost model's tokens/s for a decode: its forwards priced at their sizes, each block's step work
+    (``costs.steps``, measured at γ = 2, per verified token) and ``rule`` seconds per verification."""
+    forwards = predict_from_counts(tokens, stats.calls, stats.fed, costs, stats.forwards)
+    if not tokens or math.isnan(forwards):
+        return math.nan
+    verified = 1 if mode == "ar" else (gamma + 1) / (STEP_GAMMA + 1)
+    seconds = tokens / forwards + stats.blocks * costs.step(mode) * verified + verifications * rule
+    return tokens / seconds
+
+
 def run_bench(decoder: Decoder, workloads: Sequence[Workload], methods: Sequence[str], config: DecodeConfig,
               gammas: Sequence[int] = (3, 5, 8), full_grid_gamma: int | None = 5, head: EnsembleHead | None = None,
               progress: Callable[[Row], None] | None = None, points: int | None = None,
               gamma_methods: Sequence[str] | None = None, drafters: Sequence[str] = ("model",),
-              costs: Costs | None = None, saved: Sequence[Row] = ()) -> list[Row]:
+              costs: Costs | None = None, saved: Sequence[Row] = (), session: str = "") -> list[Row]:
     """Every (workload, drafter, γ, method, value) row plus ``ar`` per workload; speed-ups relative to that ``ar``.
 
     ``full_grid_gamma``: the γ where every grid value runs; None = the best lossless γ, chosen per workload and
     drafter from lossless runs at every γ of ``gammas`` (the fastest measured). ``points`` thins each grid;
-    ``gamma_methods`` limits which methods run at the other γ; ``costs`` is the forward-cost table the
-    predictions price calls on (measured here if None). ``saved``: rows of an earlier, interrupted run with
+    ``gamma_methods`` limits which methods run at the other γ; ``costs`` is the table (forwards, and step
+    work per mode if it has it) the predictions price this process's rows on (measured here if None); each
+    rule's own work is timed here (:func:`rule_seconds`). ``session`` names this process (default: its start).
+    ``saved``: rows of an earlier, interrupted run with
     the same settings (:func:`load_rows`); a point found there is taken as it is, not decoded again. A point
     decoded now is measured against an ``ar`` decoded in this process (before the workload's first new point),
     as a resumed run may run on another machine, or the same one at another speed: a row's ``session`` says which
     process decoded it, and its speed-up is against that process's ``ar``.
     """
     costs = costs or decoder.costs or decoder.measure_costs()
-    session = datetime.now(timezone.utc).isoformat(timespec="microseconds")
+    session = session or new_session()
+    extra: dict[tuple[str, float, int], float] = {}  # (method, value, γ) → rule seconds beyond lossless's
     kept = {point_key(r): r for r in saved if r.mode != "ar"}
     saved_ar = {r.workload: r for r in saved if r.mode == "ar"}  # the latest saved ar of each workload
     rows: list[Row] = []
@@ -238,9 +281,8 @@ def run_bench(decoder: Decoder, workloads: Sequence[Workload], methods: Sequence
                 _, _, row = run_one(decoder, work, config, "ar", lossless)
                 row.method, row.speedup, row.cost_speedup, row.session = "ar", 1.0, 1.0, session
                 row.speedup_ci = (1.0, 1.0)
-                row.cost_rate = predict_from_counts(row.tokens, row.stats.calls, row.stats.fed, costs,
-                                                    row.stats.forwards)
-                row.forward_ratio = _forward_ratio(row.stats, row.tokens, row.cost_rate)
+                row.cost_rate = cost_rate(row.stats, row.tokens, costs, "ar", 0)
+                row.forward_ratio = _forward_ratio(row.stats, row.tokens, costs)
                 fresh.append(row)
                 rows.append(row)
                 if progress:
@@ -283,8 +325,14 @@ def run_bench(decoder: Decoder, workloads: Sequence[Workload], methods: Sequence
                 row.speedup_ci = ratio_interval(ar_row.per_prompt["seconds"], row.per_prompt["seconds"])
                 row.predicted_speedup = survey_speedup(ar_row.output_length, row.output_length,
                                                        row.predicted_accepted_length, gamma, row.c_rel)
-                row.cost_rate = predict_from_counts(row.tokens, stats.calls, stats.fed, costs, stats.forwards)
-                row.forward_ratio = _forward_ratio(stats, row.tokens, row.cost_rate)
+                key = (method, float(value), gamma)
+                if key not in extra:
+                    extra[key] = max(rule_seconds(rule, decoder, gamma, config.temperature)
+                                     - rule_seconds(lossless, decoder, gamma, config.temperature), 0.0)
+                row.rule_seconds = extra[key]
+                row.cost_rate = cost_rate(stats, row.tokens, costs, DRAFTERS[drafter], gamma, len(recorder.betas),
+                                          row.rule_seconds)
+                row.forward_ratio = _forward_ratio(stats, row.tokens, costs)
                 row.cost_speedup = row.cost_rate / ar_row.cost_rate if ar_row.cost_rate else math.nan
                 done[(gamma, method, value)] = row
                 rows.append(row)
@@ -307,11 +355,12 @@ def run_bench(decoder: Decoder, workloads: Sequence[Workload], methods: Sequence
     return rows + [r for r in saved if id(r) not in used]  # an earlier run's points outside this plan stay
 
 
-def _forward_ratio(stats: DecodeStats, tokens: int, cost_rate: float) -> float:
+def _forward_ratio(stats: DecodeStats, tokens: int, costs: Costs) -> float:
     """The decode's forwards' CPU seconds over what the cost table prices them at: ≈ 1 on a quiet machine, above
     it when other work slowed this row (CPU time still grows when two processes share the memory bus)."""
     spent = sum((getattr(stats, "cpu_seconds_tier", None) or stats.seconds).values())
-    return spent * cost_rate / tokens if tokens and cost_rate else math.nan
+    rate = predict_from_counts(tokens, stats.calls, stats.fed, costs, stats.forwards)
+    return spent * rate / tokens if tokens and rate else math.nan
 
 
 def slowed(rows: Sequence[Row], margin: float = 0.1) -> list[str]:
@@ -522,6 +571,11 @@ def plots(rows: Sequence[Row], path: Path, gamma: int | None, title: str) -> tup
 
 def _y(row: Row, metric: str) -> float:
     return row.output_length if metric == "length" else quality_of(row, metric)
+
+
+def new_session() -> str:
+    """A process's name in the rows it decodes (its start, UTC)."""
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
 
 
 def now() -> str:
