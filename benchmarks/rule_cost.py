@@ -3,9 +3,10 @@
     python benchmarks/rule_cost.py --vocab 49152 --gamma 2 --threads 1
 
 Random distributions (softmax of scaled Gaussian logits) for γ drafted positions; every rule at the middle of its
-grid, `lossless` for reference; the fastest of ``--reps`` calls. `bench-relaxed`'s cost-model column prices the
-forwards only, so a rule whose own work is a sizeable share of a forward (smollm2's verifier step: ≈ 55 ms on this
-CPU) is predicted faster than it runs by about that share.
+grid, `lossless` for reference; the fastest of ``--reps`` calls. `bench-relaxed` times each rule the same way
+(`dimr.relaxed.bench.rule_seconds`) and adds its work beyond lossless verification's to its cost-model column: a
+rule whose own work is a sizeable share of a forward (Mentored beside smollm2's ≈ 55 ms verifier step) runs slower
+than its forwards alone predict.
 """
 
 from __future__ import annotations
