@@ -219,8 +219,9 @@ def test_bench_rows_wire_the_cost_model_and_intervals(tiny_pair):
     assert ar.cost_rate == pytest.approx(by_hand(ar))
     for r in rows[1:]:
         assert r.rule_seconds >= 0 and math.isfinite(r.rule_seconds)
+        # the speed-up is end to end (shorter answers save their time): so is its prediction
         if r.drafter == "model":
-            assert r.cost_speedup == pytest.approx(by_hand(r) / by_hand(ar))
+            assert r.cost_speedup == pytest.approx((ar.tokens / by_hand(ar)) / (r.tokens / by_hand(r)))
         else:  # an n-gram block without a match verifies nothing: between every block verifying and none
             every = r.tokens / (r.tokens / by_hand(r) + r.stats.blocks * r.rule_seconds)
             assert every * (1 - 1e-9) <= r.cost_rate <= by_hand(r) * (1 + 1e-9)
@@ -229,8 +230,9 @@ def test_bench_rows_wire_the_cost_model_and_intervals(tiny_pair):
         assert r.quality_ci == pytest.approx(mean_interval(r.per_prompt["quality"]))
         assert r.output_length_ci == pytest.approx(mean_interval(r.per_prompt["length"]))
         assert r.repetition == pytest.approx(np.mean([repetition(o) for o in r.outputs]))
-    for r in rows:  # the forwards' CPU time over the table's price for them
+    for r in rows:  # the forwards' CPU time over the table's price for them; the speed-up at ar's machine speed
         assert r.forward_ratio == pytest.approx(sum(r.stats.cpu_seconds_tier.values()) / seconds(r.stats))
+        assert r.speedup_steady == pytest.approx(r.speedup * r.forward_ratio / ar.forward_ratio)
     slow, fast = rows[1], rows[2]
     slow.forward_ratio, fast.forward_ratio, ar.forward_ratio = 1.3, 1.05, 1.0
     assert rb.slowed([ar, slow, fast]) == [f"arithmetic {slow.drafter} γ=3 {slow.label}: forwards at 1.30× the "
@@ -369,6 +371,24 @@ def _row(workload: str, method: str, value: float, speedup: float, quality: floa
     mode = "ar" if method == "ar" else "sd"
     return rb.Row(workload, method, METHODS[method].param if method != "ar" else "", value, 5, mode, metric=metric,
                   speedup=speedup, quality=quality)
+
+
+def test_derive_compares_each_row_with_the_ar_of_its_own_process():
+    """The cost model predicts the end-to-end speed-up (ar's predicted time over the row's), and the steady
+    speed-up takes the machine's drift out (× the row's forward ratio / its ar's), each against its own ar."""
+    def row(method, session, tokens, cost_rate, forward_ratio, speedup=1.0):
+        r = _row("task", method, math.nan if method == "ar" else 1.0, speedup, 0.5)
+        r.session, r.tokens, r.cost_rate, r.forward_ratio = session, tokens, cost_rate, forward_ratio
+        return r
+
+    rows = rb.derive([row("ar", "a", 600, 10.0, 1.1), row("ar", "b", 600, 12.0, 0.9),
+                      row("static", "a", 500, 15.0, 1.3, 1.2), row("static", "b", 400, 18.0, math.nan, 1.4)])
+    a, b = rows[2], rows[3]
+    assert a.cost_speedup == pytest.approx((600 / 10.0) / (500 / 15.0))  # = 1.8: 1.5× the rate, 5/6 the tokens
+    assert b.cost_speedup == pytest.approx((600 / 12.0) / (400 / 18.0))
+    assert a.speedup_steady == pytest.approx(1.2 * 1.3 / 1.1)  # it ran on a slower machine than its ar
+    assert b.speedup_steady == 1.4  # no forward ratio: the measured speed-up
+    assert rows[0].speedup_steady == rows[1].speedup_steady == 1.0
 
 
 def test_transfer_tunes_on_one_workload_and_reports_the_loss_on_another():

@@ -96,8 +96,10 @@ class Row:
     tokens_per_second: float = math.nan
     seconds: float = math.nan
     speedup: float = math.nan
+    # the speed-up at its ar's machine speed: × its forward ratio / ar's (the machine's speed drifts within a run)
+    speedup_steady: float = math.nan
     predicted_speedup: float = math.nan  # the survey's S
-    cost_speedup: float = math.nan  # the forward-cost model's prediction from this run's calls
+    cost_speedup: float = math.nan  # the cost model's prediction of ``speedup`` (its ar's time over its own)
     cost_rate: float = math.nan  # the cost model's tokens/s for this row's calls (its ar's is the ratio's base)
     forward_ratio: float = math.nan  # CPU seconds its forwards took / the table's price for them (load: > 1)
     rule_seconds: float = math.nan  # its rule's own work per verification beyond lossless's (the cost model's)
@@ -333,7 +335,7 @@ def run_bench(decoder: Decoder, workloads: Sequence[Workload], methods: Sequence
                 row.cost_rate = cost_rate(stats, row.tokens, costs, DRAFTERS[drafter], gamma, len(recorder.betas),
                                           row.rule_seconds)
                 row.forward_ratio = _forward_ratio(stats, row.tokens, costs)
-                row.cost_speedup = row.cost_rate / ar_row.cost_rate if ar_row.cost_rate else math.nan
+                derive([ar_row, row])
                 done[(gamma, method, value)] = row
                 rows.append(row)
                 if progress:
@@ -352,7 +354,25 @@ def run_bench(decoder: Decoder, workloads: Sequence[Workload], methods: Sequence
                         continue
                     point(method, gamma, value)
     used = {id(r) for r in rows}
-    return rows + [r for r in saved if id(r) not in used]  # an earlier run's points outside this plan stay
+    return derive(rows + [r for r in saved if id(r) not in used])  # an earlier run's points outside it stay
+
+
+def derive(rows: Sequence[Row]) -> list[Row]:
+    """Set what each row's speed-up is compared with, against the ``ar`` of its own process: ``cost_speedup``, the
+    cost model's prediction of the end-to-end speed-up (ar's predicted time over the row's: a row that writes
+    shorter answers saves their time, as the measured speed-up counts it), and ``speedup_steady``, the measured
+    speed-up at ar's machine speed (× the row's forward ratio / ar's; the measured one where either is missing)."""
+    ar = {(r.workload, r.session): r for r in rows if r.mode == "ar"}
+    for r in rows:
+        base = ar.get((r.workload, r.session))
+        if r.mode == "ar" or base is None:
+            r.speedup_steady = r.speedup
+            continue
+        r.cost_speedup = ((r.cost_rate / base.cost_rate) * (base.tokens / r.tokens)
+                          if base.cost_rate and r.tokens else math.nan)
+        drift = r.forward_ratio / base.forward_ratio
+        r.speedup_steady = r.speedup * drift if math.isfinite(drift) else r.speedup
+    return list(rows)
 
 
 def _forward_ratio(stats: DecodeStats, tokens: int, costs: Costs) -> float:
@@ -400,7 +420,7 @@ PANELS = (("arithmetic", "exact", "accuracy (exact match)"),
 
 
 COLUMNS = ("workload", "draft", "γ", "method", "acc.rate", "acc.len", "pred.len", "out.len", "rep4", "speedup [95%]",
-           "pred.cost", "pred.S", "quality [95%]", "loglik")
+           "steady", "pred.cost", "pred.S", "quality [95%]", "loglik")
 
 
 def _f(x: float | None, p: int = 2) -> str:
@@ -422,7 +442,8 @@ def format_table(rows: Sequence[Row]) -> str:
         lines.append("| " + " | ".join([
             r.workload, "–" if r.mode == "ar" else r.drafter, str(r.gamma) if r.mode != "ar" else "–", r.label,
             _f(r.acceptance), _f(r.accepted_length), _f(r.predicted_accepted_length), _f(r.output_length, 1),
-            _f(r.repetition), _ci(r.speedup, r.speedup_ci), _f(r.cost_speedup), _f(r.predicted_speedup),
+            _f(r.repetition), _ci(r.speedup, r.speedup_ci), _f(r.speedup_steady), _f(r.cost_speedup),
+            _f(r.predicted_speedup),
             _ci(r.quality, r.quality_ci, 3 if exact else 3), _f(r.loglik, 3)]) + " |")
     return "\n".join(lines)
 
@@ -505,7 +526,7 @@ def load_rows(path: Path) -> tuple[list[Row], dict]:
             if k.endswith("_ci"):
                 r[k] = tuple(math.nan if x is None else x for x in v)
         rows.append(Row(**r))
-    return rows, data["meta"]
+    return derive(rows), data["meta"]
 
 
 def plot(rows: Sequence[Row], path: Path, gamma: int | None, title: str = "", y: str = "quality") -> Path:
