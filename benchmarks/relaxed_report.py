@@ -37,7 +37,7 @@ def main() -> None:
         print("\nagainst the static line (quality, and log-likelihood per token, minus the line's at the same "
               "speed-up, same workload/draft/γ):")
         for r, g in gaps:
-            print(f"  {r.workload:9s} {r.drafter:6s} γ={r.gamma} {r.label:26s} speed-up {r.speedup:.2f}  {g:+.3f}"
+            print(f"  {r.workload:9s} {r.drafter:6s} γ={r.gamma} {r.label:26s} speed-up {r.speed:.2f}  {g:+.3f}"
                   f"  loglik {by_loglik[id(r)]:+.3f}")
     moved = []
     if args.transfer and len(have) > 1:

@@ -120,6 +120,11 @@ class Row:
     session: str = ""  # the process that decoded it (its start, UTC): a speed-up is against that process's ar
 
     @property
+    def speed(self) -> float:
+        """The speed-up rows are compared by: the steady one where it is known, else the measured one."""
+        return self.speedup_steady if math.isfinite(self.speedup_steady) else self.speedup
+
+    @property
     def label(self) -> str:
         if self.mode == "ar":
             return "ar"
@@ -344,7 +349,7 @@ def run_bench(decoder: Decoder, workloads: Sequence[Workload], methods: Sequence
 
             grid_gamma = full_grid_gamma
             if grid_gamma is None:  # the best lossless γ: lossless sd (static w = 1) at every γ first
-                grid_gamma = max(gammas, key=lambda g: point("static", g, METHODS["static"].off).speedup)
+                grid_gamma = max(gammas, key=lambda g: point("static", g, METHODS["static"].off).speed)
             for method in methods:
                 m = METHODS[method]
                 if (m.needs_head and head is None) or (drafter == "ngram" and m.ngram):
@@ -478,12 +483,12 @@ def static_line_gap(rows: Sequence[Row], metric: str | None = None) -> list[tupl
     for r in rows:
         if r.mode == "ar" or r.method == "static" or r.lossless:
             continue
-        line = sorted((s.speedup, quality_of(s, metric)) for s in rows if s.method == "static" and s.mode != "ar"
+        line = sorted((s.speed, quality_of(s, metric)) for s in rows if s.method == "static" and s.mode != "ar"
                       and (s.workload, s.drafter, s.gamma) == (r.workload, r.drafter, r.gamma))
         gap = math.nan
         for (x0, y0), (x1, y1) in zip(line, line[1:], strict=False):
-            if x0 <= r.speedup <= x1:
-                y = y0 if x1 == x0 else y0 + (y1 - y0) * (r.speedup - x0) / (x1 - x0)
+            if x0 <= r.speed <= x1:
+                y = y0 if x1 == x0 else y0 + (y1 - y0) * (r.speed - x0) / (x1 - x0)
                 gap = quality_of(r, metric) - y
                 break
         out.append((r, gap))
@@ -556,11 +561,11 @@ def plot(rows: Sequence[Row], path: Path, gamma: int | None, title: str = "", y:
                 (r for r in sel if r.method == method), key=lambda r: grid.index(r.value) if r.value in grid else 0)
             if len(pts) <= len(lossless):
                 continue
-            xs, ys = [r.speedup for r in pts], [_y(r, metric) for r in pts]
+            xs, ys = [r.speed for r in pts], [_y(r, metric) for r in pts]
             if method == "static":
                 ax.plot(xs, ys, "-o", color="black", lw=2, label="static ensemble (reference)", zorder=3)
                 for r in pts:
-                    ax.annotate(f"w={r.value:g}", (r.speedup, _y(r, metric)), fontsize=7, xytext=(3, 3),
+                    ax.annotate(f"w={r.value:g}", (r.speed, _y(r, metric)), fontsize=7, xytext=(3, 3),
                                 textcoords="offset points")
             elif method == "diversed":
                 ax.plot(xs, ys, "-*", color="crimson", ms=12, lw=2, label="DIVERSED (trained head)", zorder=4)

@@ -51,12 +51,12 @@ def useful(rows: Sequence[Row], r: Row) -> bool:
     ar, off = _ar(rows, r.workload), _lossless(rows, r.workload, r.drafter).get(r.gamma)
     if ar is None or off is None or math.isnan(r.quality):
         return False
-    return r.speedup > off.speedup and r.quality >= ar.quality - TOLERANCE[ar.metric]
+    return r.speed > off.speed and r.quality >= ar.quality - TOLERANCE[ar.metric]
 
 
 def _point(r: Row, ar: Row | None) -> str:
     lost = f", lost {ar.quality - r.quality:+.3f}" if ar is not None else ""
-    return f"{r.label} {r.speedup:.2f}×{lost}"
+    return f"{r.label} {r.speed:.2f}×{lost}"
 
 
 def gamma_vs_relaxing(rows: Sequence[Row]) -> list[str]:
@@ -67,13 +67,13 @@ def gamma_vs_relaxing(rows: Sequence[Row]) -> list[str]:
         off = _lossless(rows, work, drafter)
         if len(off) < 2:
             continue
-        best, worst = max(off.values(), key=lambda r: r.speedup), min(off.values(), key=lambda r: r.speedup)
+        best, worst = max(off.values(), key=lambda r: r.speed), min(off.values(), key=lambda r: r.speed)
         ok = [r for r in _relaxed(rows, work, drafter) if useful(rows, r)]
-        top = max(ok, key=lambda r: r.speedup, default=None)
-        gain = (f"the fastest useful relaxed point, γ={top.gamma} {top.label} {top.speedup:.2f}×, is "
-                f"{top.speedup / best.speedup:.2f}× the best lossless γ" if top else "no useful relaxed point")
-        out.append(f"{work}/{drafter}: lossless {worst.speedup:.2f}× (γ={worst.gamma}) → {best.speedup:.2f}× "
-                   f"(γ={best.gamma}): γ gains {best.speedup / worst.speedup:.2f}×; {gain}")
+        top = max(ok, key=lambda r: r.speed, default=None)
+        gain = (f"the fastest useful relaxed point, γ={top.gamma} {top.label} {top.speed:.2f}×, is "
+                f"{top.speed / best.speed:.2f}× the best lossless γ" if top else "no useful relaxed point")
+        out.append(f"{work}/{drafter}: lossless {worst.speed:.2f}× (γ={worst.gamma}) → {best.speed:.2f}× "
+                   f"(γ={best.gamma}): γ gains {best.speed / worst.speed:.2f}×; {gain}")
     return out
 
 
@@ -131,7 +131,7 @@ def transfer_summary(moved: Sequence[Transfer]) -> list[str]:
 
 def against_static_line(rows: Sequence[Row], methods: Sequence[str]) -> list[str]:
     """Each point of ``methods`` against the static line at its speed-up (quality minus the line's)."""
-    return [f"{r.workload}/{r.drafter} γ={r.gamma} {r.label}: {r.speedup:.2f}×, {g:+.3f} against the static line"
+    return [f"{r.workload}/{r.drafter} γ={r.gamma} {r.label}: {r.speed:.2f}×, {g:+.3f} against the static line"
             + (" (outside its speed range)" if math.isnan(g) else "")
             for r, g in static_line_gap(rows) if r.method in methods]
 
@@ -144,10 +144,10 @@ def acceptance(rows: Sequence[Row]) -> list[str]:
         off = _lossless(rows, r.workload, r.drafter).get(r.gamma)
         static = [s for s in rows if s.method == "static" and not s.lossless and s.mode != "ar"
                   and (s.workload, s.drafter, s.gamma) == (r.workload, r.drafter, r.gamma)]
-        near = min(static, key=lambda s: abs(s.speedup - r.speedup), default=None)
+        near = min(static, key=lambda s: abs(s.speed - r.speed), default=None)
         out.append(f"{r.workload} γ={r.gamma} {r.label}: acceptance {r.acceptance:.2f}"
                    + (f" (lossless {off.acceptance:.2f})" if off is not None else "")
-                   + (f"; static {near.label} at {near.speedup:.2f}×: {near.acceptance:.2f}" if near else ""))
+                   + (f"; static {near.label} at {near.speed:.2f}×: {near.acceptance:.2f}" if near else ""))
     return out
 
 

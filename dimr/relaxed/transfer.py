@@ -47,7 +47,7 @@ def _off_row(rows: Sequence[Row], drafter: str, gamma: int) -> Row | None:
 def tune(grid: dict[float, Row], ar: Row, tol: float) -> float | None:
     """The value of ``grid`` (value → row) with the fastest row whose quality ≥ ar's − ``tol`` (None if none)."""
     ok = [v for v, r in grid.items() if not math.isnan(r.quality) and r.quality >= ar.quality - tol]
-    return max(ok, key=lambda v: grid[v].speedup) if ok else None
+    return max(ok, key=lambda v: grid[v].speed) if ok else None
 
 
 def transfers(rows: Sequence[Row], source: str, target: str, tolerance: dict[str, float] | None = None
@@ -78,10 +78,10 @@ def transfers(rows: Sequence[Row], source: str, target: str, tolerance: dict[str
             continue
         applied, tol = dst[picked], tolerance[ar[target].metric]
         best = tune(dst, ar[target], tol)
-        out.append(Transfer(drafter, gamma, method, source, target, picked, src[picked].speedup, applied.speedup,
+        out.append(Transfer(drafter, gamma, method, source, target, picked, src[picked].speed, applied.speed,
                             applied.quality, ar[target].quality, ar[target].quality - applied.quality,
                             applied.quality >= ar[target].quality - tol,
-                            math.nan if best is None else best, math.nan if best is None else dst[best].speedup))
+                            math.nan if best is None else best, math.nan if best is None else dst[best].speed))
     return out
 
 
