@@ -254,6 +254,9 @@ def test_rule_seconds_times_the_rule_on_the_pairs_sizes(tiny_pair):
     seconds = rb.rule_seconds(rule, dec, 3, 0.7, reps=2)
     v, hd, hf = dec.vocab_size, dec.draft.model.config.hidden_size, dec.full.model.config.hidden_size
     assert seen == [(3, v, 4, v, 3, hd, 4, hf)] * 2 and 0 < seconds < math.inf
+    drafts = []
+    rb.rule_seconds(lambda d, f, c: drafts.append(d) or verify.lossless(d, f, c), dec, 3, 0.7, reps=1, one_hot=True)
+    assert drafts[0].max(-1).values.tolist() == [1.0] * 3 and drafts[0].sum().item() == 3  # the n-gram draft's kind
 
 
 def test_the_grid_runs_at_the_best_lossless_gamma(tiny_pair):

@@ -222,19 +222,23 @@ def skipped(methods: Sequence[str], drafters: Sequence[str], head: EnsembleHead 
 STEP_GAMMA = 2  # the γ `Decoder.measure_steps` calibrates at: step work is priced per verified token from it
 
 
-def rule_seconds(rule: TargetsFn, decoder: Decoder, gamma: int, temperature: float, reps: int = 3) -> float:
+def rule_seconds(rule: TargetsFn, decoder: Decoder, gamma: int, temperature: float, reps: int = 3,
+                 one_hot: bool = False) -> float:
     """Seconds one verification of γ drafted tokens by ``rule`` takes at the pair's vocabulary (random logits,
-    hidden states of the pair's sizes for the rules that read them; fastest of ``reps``): the rule's own work,
-    which no forward's price contains."""
+    hidden states of the pair's sizes for the rules that read them; with ``one_hot`` the draft is one-hot, as the
+    n-gram proposer's is; fastest of ``reps``): the rule's own work, which no forward's price contains."""
     gen = torch.Generator().manual_seed(0)
     vocab = decoder.vocab_size
     sampler = Sampler(temperature=temperature)
     draft_logits, full_logits = (torch.randn(n, vocab, generator=gen) * 3 for n in (gamma, gamma + 1))
     draft_probs, full_probs = sampler.probs(draft_logits), sampler.probs(full_logits)
+    tokens = torch.multinomial(draft_probs, 1, generator=gen)[:, 0]
+    if one_hot:
+        draft_probs = torch.nn.functional.one_hot(tokens, vocab).to(full_probs.dtype)
+        draft_logits = draft_probs.log()
     hidden = [torch.randn(n, m.config.hidden_size, generator=gen)
               for n, m in ((gamma, decoder.draft.model), (gamma + 1, decoder.full.model))]
-    context = Context(torch.multinomial(draft_probs, 1, generator=gen)[:, 0], draft_logits, full_logits, sampler,
-                      *hidden)
+    context = Context(tokens, draft_logits, full_logits, sampler, *hidden)
     best = math.inf
     for _ in range(reps):
         t0 = time.perf_counter()
@@ -334,8 +338,10 @@ def run_bench(decoder: Decoder, workloads: Sequence[Workload], methods: Sequence
                                                        row.predicted_accepted_length, gamma, row.c_rel)
                 key = (method, float(value), gamma)
                 if key not in extra:
-                    extra[key] = max(rule_seconds(rule, decoder, gamma, config.temperature)
-                                     - rule_seconds(lossless, decoder, gamma, config.temperature), 0.0)
+                    one_hot = drafter == "ngram"
+                    extra[key] = max(rule_seconds(rule, decoder, gamma, config.temperature, one_hot=one_hot)
+                                     - rule_seconds(lossless, decoder, gamma, config.temperature, one_hot=one_hot),
+                                     0.0)
                 row.rule_seconds = extra[key]
                 row.cost_rate = cost_rate(stats, row.tokens, costs, DRAFTERS[drafter], gamma, len(recorder.betas),
                                           row.rule_seconds)
