@@ -127,8 +127,8 @@ def main() -> None:
     if args.report:
         rows = [SimpleNamespace(**r) for r in json.loads(Path(args.report).read_text())["rows"]]
         for key in dict.fromkeys((r.workload, r.temperature) for r in rows):
+            picked = [r for r in rows if (r.workload, r.temperature) == key]
             for mode in AUTO_ROWS:
-                picked = [r for r in rows if (r.workload, r.temperature) == key]
                 if any(r.mode == mode for r in picked):
                     print(f"  {key[0]:<6} T={key[1]} {mode:<9}: " + auto_goal(picked, mode))
         return

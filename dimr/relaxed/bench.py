@@ -251,12 +251,11 @@ def cost_rate(stats: DecodeStats, tokens: int, costs: Costs, mode: str, gamma: i
               rule: float = 0.0) -> float:
     """The cost model's tokens/s for a decode: its forwards priced at their sizes, each block's step work
     (``costs.steps``, measured at γ = 2, per verified token) and ``rule`` seconds per verification."""
-    forwards = predict_from_counts(tokens, stats.calls, stats.fed, costs, stats.forwards)
-    if not tokens or math.isnan(forwards):
-        return math.nan
     verified = 1 if mode == "ar" else (gamma + 1) / (STEP_GAMMA + 1)
-    seconds = tokens / forwards + stats.blocks * costs.step(mode) * verified + verifications * rule
-    return tokens / seconds
+    rate = predict_from_counts(tokens, stats.calls, stats.fed, costs, stats.forwards, stats.blocks * verified, mode)
+    if not tokens or math.isnan(rate):
+        return math.nan
+    return tokens / (tokens / rate + verifications * rule)
 
 
 def run_bench(decoder: Decoder, workloads: Sequence[Workload], methods: Sequence[str], config: DecodeConfig,
@@ -279,7 +278,7 @@ def run_bench(decoder: Decoder, workloads: Sequence[Workload], methods: Sequence
     """
     costs = costs or decoder.costs or decoder.measure_costs()
     session = session or new_session()
-    extra: dict[tuple[str, float, int], float] = {}  # (method, value, γ) → rule seconds beyond lossless's
+    timed: dict[tuple, float] = {}  # (method, value, γ, one-hot draft) → rule seconds per verification
     kept = {point_key(r): r for r in saved if r.mode != "ar"}
     saved_ar = {r.workload: r for r in saved if r.mode == "ar"}  # the latest saved ar of each workload
     rows: list[Row] = []
@@ -336,13 +335,12 @@ def run_bench(decoder: Decoder, workloads: Sequence[Workload], methods: Sequence
                 row.speedup_ci = ratio_interval(ar_row.per_prompt["seconds"], row.per_prompt["seconds"])
                 row.predicted_speedup = survey_speedup(ar_row.output_length, row.output_length,
                                                        row.predicted_accepted_length, gamma, row.c_rel)
-                key = (method, float(value), gamma)
-                if key not in extra:
-                    one_hot = drafter == "ngram"
-                    extra[key] = max(rule_seconds(rule, decoder, gamma, config.temperature, one_hot=one_hot)
-                                     - rule_seconds(lossless, decoder, gamma, config.temperature, one_hot=one_hot),
-                                     0.0)
-                row.rule_seconds = extra[key]
+                one_hot = drafter == "ngram"  # the n-gram proposer's draft is one-hot
+                own, base_key = (method, float(value), gamma, one_hot), ("lossless", gamma, one_hot)
+                for key, fn in ((own, rule), (base_key, lossless)):
+                    if key not in timed:
+                        timed[key] = rule_seconds(fn, decoder, gamma, config.temperature, one_hot=one_hot)
+                row.rule_seconds = max(timed[own] - timed[base_key], 0.0)
                 row.cost_rate = cost_rate(stats, row.tokens, costs, DRAFTERS[drafter], gamma, len(recorder.betas),
                                           row.rule_seconds)
                 row.forward_ratio = _forward_ratio(stats, row.tokens, costs)
