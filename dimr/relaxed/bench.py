@@ -118,11 +118,14 @@ class Row:
     outputs: list[list[int]] = field(default_factory=list, repr=False)
     stats: DecodeStats | None = field(default=None, repr=False)
     session: str = ""  # the process that decoded it (its start, UTC): a speed-up is against that process's ar
+    # lossless's speed-up at its point in the first session that decoded it / in this row's session (derive)
+    rebase: float = 1.0
 
     @property
     def speed(self) -> float:
-        """The speed-up rows are compared by: the steady one where it is known, else the measured one."""
-        return self.speedup_steady if math.isfinite(self.speedup_steady) else self.speedup
+        """The speed-up rows are compared by: the steady one where it is known, else the measured one, carried to
+        the first session that decoded the lossless point at the row's (workload, drafter, γ) by ``rebase``."""
+        return _unrebased(self) * self.rebase
 
     @property
     def label(self) -> str:
@@ -274,7 +277,10 @@ def run_bench(decoder: Decoder, workloads: Sequence[Workload], methods: Sequence
     the same settings (:func:`load_rows`); a point found there is taken as it is, not decoded again. A point
     decoded now is measured against an ``ar`` decoded in this process (before the workload's first new point),
     as a resumed run may run on another machine, or the same one at another speed: a row's ``session`` says which
-    process decoded it, and its speed-up is against that process's ``ar``.
+    process decoded it, and its speed-up is against that process's ``ar``. Before its first new point at a γ, a
+    process decodes the lossless point there again when the saved one is another session's: the shape of the
+    cost curve moves between sessions, so a row is compared with other sessions' rows through its own session's
+    lossless row (:func:`derive`).
     """
     costs = costs or decoder.costs or decoder.measure_costs()
     session = session or new_session()
@@ -310,10 +316,10 @@ def run_bench(decoder: Decoder, workloads: Sequence[Workload], methods: Sequence
             c_rel_by_gamma: dict[int, float] = {}
 
             def point(method: str, gamma: int, value: float, drafter: str = drafter, done=done,
-                      c_rel_by_gamma=c_rel_by_gamma, base=base, work: Workload = work) -> Row:
-                if (gamma, method, value) in done:
+                      c_rel_by_gamma=c_rel_by_gamma, base=base, work: Workload = work, again: bool = False) -> Row:
+                if (gamma, method, value) in done and not again:
                     return done[(gamma, method, value)]
-                old = kept.get((work.name, drafter, gamma, method, float(value)))
+                old = None if again else kept.get((work.name, drafter, gamma, method, float(value)))
                 if old is not None:
                     c_rel_by_gamma.setdefault(gamma, old.c_rel)
                     done[(gamma, method, value)] = old
@@ -322,6 +328,9 @@ def run_bench(decoder: Decoder, workloads: Sequence[Workload], methods: Sequence
                         progress(old)
                     return old
                 m = METHODS[method]
+                off = done.get((gamma, "static", METHODS["static"].off))
+                if (method, value) != ("static", METHODS["static"].off) and off is not None and off.session != session:
+                    point("static", gamma, METHODS["static"].off, again=True)  # this session's lossless reference
                 rule = m.build(head, **{**dict(m.fixed), m.param: value})
                 ar_row = base()
                 stats, recorder, row = run_one(decoder, work, replace(config, gamma=gamma), DRAFTERS[drafter], rule)
@@ -370,10 +379,14 @@ def derive(rows: Sequence[Row]) -> list[Row]:
     """Set what each row's speed-up is compared with, against the ``ar`` of its own process: ``cost_speedup``, the
     cost model's prediction of the end-to-end speed-up (ar's predicted time over the row's: a row that writes
     shorter answers saves their time, as the measured speed-up counts it), and ``speedup_steady``, the measured
-    speed-up at ar's machine speed (× the row's forward ratio / ar's; the measured one where either is missing)."""
+    speed-up at ar's machine speed (× the row's forward ratio / ar's; the measured one where either is missing).
+    ``rebase``: a row whose session is not the first to have decoded the lossless point at its (workload, drafter,
+    γ) is compared with other rows as its speed-up over its own session's lossless row there, times the first
+    session's lossless speed-up (1 where its session has no lossless row there)."""
     ar = {(r.workload, r.session): r for r in rows if r.mode == "ar"}
     for r in rows:
         base = ar.get((r.workload, r.session))
+        r.rebase = 1.0
         if r.mode == "ar" or base is None:
             r.speedup_steady = r.speedup
             continue
@@ -381,7 +394,20 @@ def derive(rows: Sequence[Row]) -> list[Row]:
                           if base.cost_rate and r.tokens else math.nan)
         drift = r.forward_ratio / base.forward_ratio
         r.speedup_steady = r.speedup * drift if math.isfinite(drift) else r.speedup
+    offs = [r for r in rows if r.mode != "ar" and r.method == "static" and r.value == METHODS["static"].off]
+    first: dict[tuple, Row] = {}
+    for r in sorted(offs, key=lambda r: r.session):
+        first.setdefault((r.workload, r.drafter, r.gamma), r)
+    own = {(r.workload, r.drafter, r.gamma, r.session): r for r in offs}
+    for r in rows:
+        anchor, mine = first.get((r.workload, r.drafter, r.gamma)), own.get((r.workload, r.drafter, r.gamma, r.session))
+        if r.mode != "ar" and anchor is not None and mine is not None and mine is not anchor:
+            r.rebase = _unrebased(anchor) / _unrebased(mine)
     return list(rows)
+
+
+def _unrebased(r: Row) -> float:
+    return r.speedup_steady if math.isfinite(r.speedup_steady) else r.speedup
 
 
 def _forward_ratio(stats: DecodeStats, tokens: int, costs: Costs) -> float:
@@ -390,21 +416,6 @@ def _forward_ratio(stats: DecodeStats, tokens: int, costs: Costs) -> float:
     spent = sum((getattr(stats, "cpu_seconds_tier", None) or stats.seconds).values())
     rate = predict_from_counts(tokens, stats.calls, stats.fed, costs, stats.forwards)
     return spent * rate / tokens if tokens and rate else math.nan
-
-
-def slowed(rows: Sequence[Row], margin: float = 0.1) -> list[str]:
-    """Rows whose forwards ran more than ``margin`` slower, relative to the table, than their workload's ``ar``
-    row's: measured under other load, their speed-up is understated by about that factor (rerun them)."""
-    ar = {(r.workload, r.session): r for r in rows if r.mode == "ar"}
-    notes = []
-    for r in rows:
-        base = ar.get((r.workload, r.session))
-        if r.mode == "ar" or base is None or math.isnan(r.forward_ratio) or math.isnan(base.forward_ratio):
-            continue
-        if r.forward_ratio > (1 + margin) * base.forward_ratio:
-            notes.append(f"{r.workload} {r.drafter} γ={r.gamma} {r.label}: forwards at {r.forward_ratio:.2f}× the "
-                         f"table, ar's at {base.forward_ratio:.2f}×")
-    return notes
 
 
 def point_key(row: Row) -> tuple:
@@ -451,8 +462,8 @@ def format_table(rows: Sequence[Row]) -> str:
         lines.append("| " + " | ".join([
             r.workload, "–" if r.mode == "ar" else r.drafter, str(r.gamma) if r.mode != "ar" else "–", r.label,
             _f(r.acceptance), _f(r.accepted_length), _f(r.predicted_accepted_length), _f(r.output_length, 1),
-            _f(r.repetition), _ci(r.speedup, r.speedup_ci), _f(r.speedup_steady), _f(r.cost_speedup),
-            _f(r.predicted_speedup),
+            _f(r.repetition), _ci(r.speedup, r.speedup_ci), _f(r.speed) + ("*" if r.rebase != 1 else ""),
+            _f(r.cost_speedup), _f(r.predicted_speedup),
             _ci(r.quality, r.quality_ci, 3 if exact else 3), _f(r.loglik, 3)]) + " |")
     return "\n".join(lines)
 
@@ -474,8 +485,9 @@ def collapses(rows: Sequence[Row], length_factor: float = 1.3, rep_margin: float
 
 
 def warnings(rows: Sequence[Row]) -> list[str]:
-    """The rows to read with care: ``collapse?`` (rambling) and ``slowed?`` (measured under other load)."""
-    return [f"collapse? {n}" for n in collapses(rows)] + [f"slowed? {n}" for n in slowed(rows)]
+    """The rows to read with care: ``collapse?`` (rambling). Rows measured while the machine ran slower need no
+    warning: the ``steady`` speed-up corrects them by their forwards' speed."""
+    return [f"collapse? {n}" for n in collapses(rows)]
 
 
 def static_line_gap(rows: Sequence[Row], metric: str | None = None) -> list[tuple[Row, float]]:
