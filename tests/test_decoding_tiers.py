@@ -10,7 +10,7 @@ from test_decoding import FAMILIES, NEW_TOKENS, PROMPT, build_pair, check_counte
 from test_decoding_dist import P_PASS, broken_accept, chi_square_p, exact_two_tokens
 
 from dimr.decoding import DecodeConfig, modes
-from dimr.decoding.auto import Arm, Chooser, arms, auto
+from dimr.decoding.auto import MIN_TESTED, Arm, Chooser, arms, auto
 from dimr.decoding.costs import GPUS, Acceptance, Costs, monotone, predict, predict_from_counts, roofline
 from dimr.decoding.decoder import Decoder
 from dimr.decoding.proposer import ModelProposer, NgramProposer, lookup, lookup_match
@@ -238,24 +238,46 @@ def test_auto_drafts_no_longer_than_its_evidence_allows():
     chooser = Chooser(costs, [Arm("ar")] + [Arm("sd", g) for g in (1, 2, 4, 8)])
     rng = random.Random(0)
     assert {chooser.choose(rng, {"draft": 0}).label for _ in range(20)} == {"sd/1"}
-    chooser.observe([("draft", "full", 3, 3)])
+    chooser.observe([("draft", "full", 3, 8)])
     assert {chooser.choose(rng, {"draft": 0}).label for _ in range(20)} == {"sd/4"}
-    chooser.observe([("draft", "full", 8, 8)])
+    chooser.observe([("draft", "full", 5, 5)])
     assert {chooser.choose(rng, {"draft": 0}).label for _ in range(20)} == {"sd/8"}
 
 
 def test_auto_tries_a_mode_that_only_pays_at_a_long_gamma():
-    """Verifying 2 tokens costs 1.9 single steps and 5 tokens no more: sd/1 never beats ar (2 tokens in 2 s at
-    best), sd/4 beats it whenever α > 0.6. A cold chooser still tries sd, at the γ its evidence allows."""
+    """Verifying 2 tokens costs 1.9 single steps and 5 tokens no more: sd/1 never beats ar (2 tokens in 1.9 s at
+    best), sd/4 beats it whenever α > 0.5. A chooser that saw 2 of 8 drafted tokens accepted still tries sd, at
+    the γ its evidence allows."""
     import random
 
-    costs = Costs({"full": {1: 1.0, 2: 1.9, 17: 1.9}, "draft": {1: 0.1}}, "test")
+    costs = Costs({"full": {1: 1.0, 2: 1.9, 17: 1.9}, "draft": {1: 0.0}}, "test")
     chooser = Chooser(costs, [Arm("ar"), Arm("sd", 1), Arm("sd", 4)])
     rng = random.Random(0)
+    chooser.observe([("draft", "full", 2, MIN_TESTED)])
     labels = [chooser.choose(rng, {"draft": 0}).label for _ in range(200)]
     assert "sd/1" in labels and "sd/4" not in labels and labels.count("ar") > labels.count("sd/1")
     chooser.observe([("draft", "full", 300, 400)])  # α = 0.75 seen: sd/4 runs
     assert {chooser.choose(rng, {"draft": 0}).label for _ in range(20)} == {"sd/4"}
+
+
+def test_auto_tests_each_model_draft_before_the_draws_decide():
+    """mini's draft on greedy code (accepted 0.74 of the time) was rejected on its first three tokens; its draws
+    then stayed below the n-gram arm's and sd never ran again. Each model-drafted pair now runs at γ = 1 until
+    it has been tested on MIN_TESTED tokens; the n-gram proposer, seen after every block, is not probed."""
+    import random
+
+    costs = Costs({"full": {1: 1.0, 17: 1.0}, "draft": {1: 0.1}, "slim": {1: 0.5}}, "test")
+    chooser = Chooser(costs, arms(draft=True, slim=True))
+    chooser.observe([("lookup", "full", 60, 80), ("draft", "full", 0, 3)])
+    rng = random.Random(0)
+    assert {chooser.choose(rng, {"draft": 0, "slim": 0}, 8).label for _ in range(20)} == {"sd/1"}
+    chooser.observe([("draft", "full", 0, MIN_TESTED - 3)])
+    assert {chooser.choose(rng, {"draft": 0, "slim": 0}, 8).label for _ in range(20)} == {"self/1"}
+    chooser.observe([("slim", "full", 0, MIN_TESTED)])  # both tested: the draws decide, and they favour lookup
+    assert {chooser.choose(rng, {"draft": 0, "slim": 0}, 8).mode for _ in range(20)} == {"lookup"}
+    two = Chooser(costs, [Arm("ar"), Arm("sd", 4)])  # no γ = 1 arm to probe with: the draws decide from the start
+    two.observe([("draft", "full", 0, 3)])
+    assert {two.choose(rng, {"draft": 0}).label for _ in range(20)} == {"ar"}
 
 
 def test_auto_prices_lookup_by_the_length_of_its_match():

@@ -25,6 +25,11 @@ change. When one arm wins again and again, each choice runs a longer stretch of 
 which keeps the chooser's own time (the choice, the n-gram look-up) off the per-token cost once the choice has
 settled; the n-gram proposer is then observed once per choice.
 
+Each model-drafted pair (sd's draft, self's slim against the full verifier) is first tested on
+:data:`MIN_TESTED` tokens at γ = 1, whatever the draws say: unlike the n-gram proposer's, its acceptance is
+only seen when its arm runs, and a pair rejected on its first three tokens (mini's draft on greedy code, whose
+acceptance is 0.74) drew below the n-gram and ``ar`` arms from then on and never ran again.
+
 The draw picks the mode; the evidence caps its bet. An arm's γ (and Γ) runs at most 1 + the tokens its tier
 pair has seen accepted, as an adaptive draft length starts short and grows on success: when the draw's best
 arm is longer than that, the chooser runs the same mode at the best γ within the cap. A pair that only pays
@@ -58,6 +63,9 @@ HORIZON = 256.0  # tested tokens a pair's posterior holds at most: older evidenc
 RATE = 0.1  # weight of the newest forward in the running measured/tabled time ratio
 RATIO_BOUNDS = (0.2, 5.0)  # one forward's ratio is clipped to this: a single stall must not flip the table
 RUN = 4  # an arm chosen again and again runs 1, 2, 4… blocks per choice, up to this: fewer choices, same law
+# tokens a model-drafted pair (sd's, self's) is tested on before the draws alone decide whether it runs again
+MIN_TESTED = 8
+PROBES = (("sd", DRAFTS["sd"]), ("self", DRAFTS["self"]))
 LOOKUP = ("lookup", "full")
 
 
@@ -149,6 +157,10 @@ class Chooser:
         """The arm of highest sampled tokens/s; ``lag[tier]``: tokens a tier's cache is behind;
         ``lookup_len``: tokens the n-gram proposer has to offer now (none: its arms are left out), after a match
         of ``ngram`` tokens (its acceptance is drawn from that length's counts)."""
+        for mode, pair in PROBES:  # a pair unlucky on its first few tokens would never be drawn high again
+            if Arm(mode, 1) in self.arms and sum(self.counts.get(pair, (0.0, 0.0))) < MIN_TESTED:
+                self.chosen[f"{mode}/1"] = self.chosen.get(f"{mode}/1", 0) + 1
+                return Arm(mode, 1)
         rates, limit = {}, {}
         for pair in PAIRS:
             a, r = self.counts.get(lookup_pair(ngram) if pair == LOOKUP else pair, (0.0, 0.0))
