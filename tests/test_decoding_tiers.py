@@ -229,6 +229,24 @@ def test_auto_prices_the_work_outside_forwards(decoder: Decoder):
     assert all(v >= 0 for v in live.overhead.values())
 
 
+def test_auto_keeps_the_choice_out_of_the_modes_step_work(decoder: Decoder, monkeypatch):
+    """Every arm pays the choice alike: a choice that takes 0.2 s must not enter the mode's step work, which
+    prices each verified token (it had made every longer γ dearer by the choosing time of a short one)."""
+    import time
+
+    real = Chooser.choose
+
+    def slow(self, *a, **k):
+        time.sleep(0.2)
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(Chooser, "choose", slow)
+    chooser = Chooser(Costs({t: {1: 1.0, 17: 1.0} for t in ("draft", "slim", "full")}, "test"), [Arm("sd", 2)])
+    auto(chooser, decoder.full, decoder.draft, decoder.slim, PROMPT, DecodeConfig(max_new_tokens=8),
+         decoder.vocab_size)
+    assert 0 < chooser.overhead["sd"] < 0.2 / 3 / 4  # a quarter of what the sleep alone would add per token
+
+
 def test_auto_drafts_no_longer_than_its_evidence_allows():
     """With free drafting and verification every sd arm beats ar, and the longest the most: a cold chooser
     still only drafts 1 token (nothing accepted yet), and γ grows with the tokens seen accepted."""
@@ -263,21 +281,29 @@ def test_auto_tries_a_mode_that_only_pays_at_a_long_gamma():
 def test_auto_tests_each_model_draft_before_the_draws_decide():
     """mini's draft on greedy code (accepted 0.74 of the time) was rejected on its first three tokens; its draws
     then stayed below the n-gram arm's and sd never ran again. Each model-drafted pair now runs at γ = 1 until
-    it has been tested on MIN_TESTED tokens; the n-gram proposer, seen after every block, is not probed."""
+    it has been tested on MIN_TESTED tokens, if its mode could win at all; the n-gram proposer, seen after every
+    block, is not probed."""
     import random
 
-    costs = Costs({"full": {1: 1.0, 17: 1.0}, "draft": {1: 0.1}, "slim": {1: 0.5}}, "test")
+    costs = Costs({"full": {1: 1.0, 17: 1.0}, "draft": {1: 0.1}, "slim": {1: 0.05}}, "test")
     chooser = Chooser(costs, arms(draft=True, slim=True))
     chooser.observe([("lookup", "full", 60, 80), ("draft", "full", 0, 3)])
     rng = random.Random(0)
     assert {chooser.choose(rng, {"draft": 0, "slim": 0}, 8).label for _ in range(20)} == {"sd/1"}
+    assert chooser.probing
     chooser.observe([("draft", "full", 0, MIN_TESTED - 3)])
     assert {chooser.choose(rng, {"draft": 0, "slim": 0}, 8).label for _ in range(20)} == {"self/1"}
     chooser.observe([("slim", "full", 0, MIN_TESTED)])  # both tested: the draws decide, and they favour lookup
     assert {chooser.choose(rng, {"draft": 0, "slim": 0}, 8).mode for _ in range(20)} == {"lookup"}
+    assert not chooser.probing
     two = Chooser(costs, [Arm("ar"), Arm("sd", 4)])  # no γ = 1 arm to probe with: the draws decide from the start
     two.observe([("draft", "full", 0, 3)])
     assert {two.choose(rng, {"draft": 0}).label for _ in range(20)} == {"ar"}
+    # A slim as dear as the full verifier cannot beat ar even if always accepted (9 tokens in 8 + 1 s at γ = 8):
+    # never probed, and with no evidence its draws (mean 1/3) leave it to ar.
+    dear = Chooser(Costs({"full": {1: 1.0, 17: 1.0}, "slim": {1: 1.0}}, "test"), [Arm("ar")] + [
+        Arm("self", g) for g in (1, 2, 4, 8)])
+    assert {dear.choose(rng, {"slim": 0}).label for _ in range(20)} == {"ar"} and not dear.probing
 
 
 def test_auto_prices_lookup_by_the_length_of_its_match():

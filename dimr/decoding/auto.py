@@ -16,19 +16,21 @@ The posterior counts live in the :class:`Chooser` and carry over between prompts
 also times every forward it asks for: per tier and per forward size, a running ratio of measured to tabled
 seconds rescales the cost table, so a table measured under other load (or one whose multi-token entries are
 off by another factor than its one-token ones) still prices the arms as they run now. It also times each
-block's work outside the forwards (the step's tensor code, the n-gram search, the choice itself), a running mean
-per mode and verified token, added to each block in proportion to its γ + 1: where a forward costs a few
-milliseconds (``mini``) that is 10–15% of an ``sd`` or ``lookup`` block (0.6 ms) and about 5% of an ``ar``
-step. Choices then depend on
-timing, so a sampled ``auto`` decode with a fixed seed may take other paths between runs; its law does not
-change. When one arm wins again and again, each choice runs a longer stretch of its blocks (up to :data:`RUN`),
-which keeps the chooser's own time (the choice, the n-gram look-up) off the per-token cost once the choice has
-settled; the n-gram proposer is then observed once per choice.
+block's work outside the forwards (the step's tensor code, the n-gram proposer's search), a running mean
+per mode and verified token (the choice's own time is not in it: every arm pays it alike, and counted per
+verified token it had priced a 2-token sd block's 0.4 ms of choosing into every longer γ), added to each
+block in proportion to its γ + 1: where a forward costs a few milliseconds (``mini``) that is 10–15% of an
+``sd`` or ``lookup`` block (0.6 ms) and about 5% of an ``ar`` step. Choices then depend on timing, so a sampled
+``auto`` decode with a fixed seed may take other paths between runs; its law does not change. When one arm wins
+again and again, each choice runs a longer stretch of its blocks (up to :data:`RUN`), which keeps the chooser's own
+time (the choice, the n-gram look-up) off the per-token cost once the choice has settled; the n-gram proposer is
+then observed once per choice.
 
 Each model-drafted pair (sd's draft, self's slim against the full verifier) is first tested on
-:data:`MIN_TESTED` tokens at γ = 1, whatever the draws say: unlike the n-gram proposer's, its acceptance is
-only seen when its arm runs, and a pair rejected on its first three tokens (mini's draft on greedy code, whose
-acceptance is 0.74) drew below the n-gram and ``ar`` arms from then on and never ran again.
+:data:`MIN_TESTED` tokens at γ = 1, one block at a time, whatever the draws say, if its mode could win at all
+(drafts always accepted, it beats every arm at the posterior means): unlike the n-gram proposer's, its
+acceptance is only seen when its arm runs, and a pair rejected on its first three tokens (mini's draft on greedy
+code, whose acceptance is 0.74) drew below the n-gram and ``ar`` arms from then on and never ran again.
 
 The draw picks the mode; the evidence caps its bet. An arm's γ (and Γ) runs at most 1 + the tokens its tier
 pair has seen accepted, as an adaptive draft length starts short and grows on success: when the draw's best
@@ -41,6 +43,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -105,6 +108,7 @@ class Chooser:
     adapt: bool = True  # rescale the table by measured times (off: price by the table alone)
     # mode → running seconds outside forwards per token a block verifies (γ + 1; Γ + 1 for hier; 1 for ar)
     overhead: dict[str, float] = field(default_factory=dict)
+    probing: bool = False  # the last choice was a probe (it runs one block: the probe ends at MIN_TESTED)
     _table: dict[tuple[str, int], float] = field(default_factory=dict, repr=False)
 
     def new_prompt(self) -> None:
@@ -144,7 +148,7 @@ class Chooser:
 
     def observe_overhead(self, mode: str, seconds: float, verified: int = 1) -> None:
         """``seconds``: the time one block of ``mode`` spent outside its forwards (the step's own tensor code,
-        the n-gram search, the choice itself), of a block that verified ``verified`` tokens. Kept per verified
+        the n-gram proposer's search; not the choice), of a block that verified ``verified`` tokens. Kept per verified
         token, a running mean per mode: on mini that time grows in proportion to γ + 1 (0.27–0.30 ms per token
         at T = 0.7 for sd at γ = 1 and 2), so one mean per block would price a long γ below what it costs."""
         if not self.adapt:
@@ -157,16 +161,12 @@ class Chooser:
         """The arm of highest sampled tokens/s; ``lag[tier]``: tokens a tier's cache is behind;
         ``lookup_len``: tokens the n-gram proposer has to offer now (none: its arms are left out), after a match
         of ``ngram`` tokens (its acceptance is drawn from that length's counts)."""
-        for mode, pair in PROBES:  # a pair unlucky on its first few tokens would never be drawn high again
-            if Arm(mode, 1) in self.arms and sum(self.counts.get(pair, (0.0, 0.0))) < MIN_TESTED:
-                self.chosen[f"{mode}/1"] = self.chosen.get(f"{mode}/1", 0) + 1
-                return Arm(mode, 1)
-        rates, limit = {}, {}
+        rates, means, limit = {}, {}, {}
         for pair in PAIRS:
             a, r = self.counts.get(lookup_pair(ngram) if pair == LOOKUP else pair, (0.0, 0.0))
             rates[pair] = rng.betavariate(a + PRIOR[0], r + PRIOR[1])
+            means[pair] = (a + PRIOR[0]) / (a + r + PRIOR[0] + PRIOR[1])
             limit[pair] = 1 + a  # γ (Γ) runs at most 1 + the tokens the pair has seen accepted
-        acceptance = Acceptance(rates)
 
         def gamma(arm: Arm) -> int:  # what the arm drafts now: lookup offers at most ``lookup_len`` tokens
             return min(arm.gamma, lookup_len) if arm.mode == "lookup" else arm.gamma
@@ -176,23 +176,38 @@ class Chooser:
                 return arm.gamma <= limit[("draft", "slim")] and arm.window <= limit[("slim", "full")]
             return arm.mode not in DRAFTS or gamma(arm) <= limit[DRAFTS[arm.mode]]
 
-        def speed(arm: Arm) -> float:
+        def speed(arm: Arm, acceptance: Acceptance) -> float:
             tokens, seconds = block(arm.mode, gamma(arm), acceptance, self.price, arm.window)
             seconds += self.overhead.get(arm.mode, 0.0) * verified(arm, gamma(arm))
             for tier in CATCH_UP.get(arm.mode, ()):
                 seconds += self.price(tier, lag[tier] + 1) - self.price(tier, 1)
             return tokens / seconds
 
-        # The draw's best arm, whatever its evidence, says which mode to try; a pair with little evidence then
-        # bets small: the same mode at the best γ its evidence allows (else the best allowed arm).
         offered = [a for a in self.arms if a.mode != "lookup" or gamma(a) > 0] or self.arms[:1]
-        speeds = {a: speed(a) for a in offered}
-        arm = max(offered, key=speeds.__getitem__)
-        if not allowed(arm):
-            within = [a for a in offered if allowed(a)]
-            arm = max([a for a in within if a.mode == arm.mode] or within or offered[:1], key=speeds.__getitem__)
+        arm = self._probe(offered, means, lambda a, acc: speed(a, Acceptance(acc)))
+        self.probing = arm is not None
+        if arm is None:
+            # The draw's best arm, whatever its evidence, says which mode to try; a pair with little evidence
+            # then bets small: the same mode at the best γ its evidence allows (else the best allowed arm).
+            speeds = {a: speed(a, Acceptance(rates)) for a in offered}
+            arm = max(offered, key=speeds.__getitem__)
+            if not allowed(arm):
+                within = [a for a in offered if allowed(a)]
+                arm = max([a for a in within if a.mode == arm.mode] or within or offered[:1], key=speeds.__getitem__)
         self.chosen[arm.label] = self.chosen.get(arm.label, 0) + 1
         return arm
+
+    def _probe(self, offered: list[Arm], means: dict[tuple[str, str], float],
+               speed: Callable[[Arm, dict[tuple[str, str], float]], float]) -> Arm | None:
+        """γ = 1 of a model-drafted pair tested on fewer than :data:`MIN_TESTED` tokens, if its mode would beat
+        every arm at the posterior means were its drafts always accepted (else None: the draws decide)."""
+        for mode, pair in PROBES:
+            if Arm(mode, 1) not in offered or sum(self.counts.get(pair, (0.0, 0.0))) >= MIN_TESTED:
+                continue
+            best = max(speed(a, means) for a in offered)
+            if max(speed(a, {**means, pair: 1.0}) for a in offered if a.mode == mode) > best:
+                return Arm(mode, 1)
+        return None
 
 
 def verified(arm: Arm, gamma: int) -> int:
@@ -246,20 +261,21 @@ def auto(chooser: Chooser, full: Tier, draft: Tier | None, slim: Tier | None, pr
     run, last = 0, None  # blocks the last choice ran, and its arm
     try:
         while not out.done:
-            began = time.perf_counter()
             ids = out.ids
             proposal, ngram = lookup_match(ids, GAMMAS[-1])
             lag = {t.name: ids.numel() - 1 - t.length for t in (draft, slim) if t is not None}
             arm = chooser.choose(rng, lag, proposal.numel(), ngram)
-            run = min(2 * run, RUN) if arm == last else 1
+            run = min(2 * run, RUN) if arm == last and not chooser.probing else 1
             last = arm
-            seen, blocks = [], 0
+            seen, blocks, spent = [], 0, 0.0
             for _ in range(run):
                 if out.done:
                     break
                 blocks += 1
                 start, state = out.ids, generator.get_state() if trace is not None else None
+                began = time.perf_counter()
                 seen += one_block(arm)
+                spent += time.perf_counter() - began
                 if trace is not None:
                     trace.append((arm, start, state, out.ids[start.numel():].tolist()))
             if arm.mode != "lookup":
@@ -268,7 +284,7 @@ def auto(chooser: Chooser, full: Tier, draft: Tier | None, slim: Tier | None, pr
             if timed:
                 forwards = sum(seconds for t in timed for _, seconds in t.log)
                 size = verified(arm, min(arm.gamma, proposal.numel()) if arm.mode == "lookup" else arm.gamma)
-                chooser.observe_overhead(arm.mode, (time.perf_counter() - began - forwards) / max(blocks, 1), size)
+                chooser.observe_overhead(arm.mode, (spent - forwards) / max(blocks, 1), size)
             for t in timed:
                 chooser.observe_forwards(t.name, t.log)
                 t.log.clear()
