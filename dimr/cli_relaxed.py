@@ -70,6 +70,22 @@ def diversed_train(
     console.print(f"saved {path} (+ {path.with_suffix('.json').name})", markup=False)
 
 
+def _redo_groups(redo: str, resume: bool, works: list[str], drafters: list[str]) -> set[tuple[str, str]]:
+    """The (workload, drafter) groups ``--redo`` names, checked against this run's workloads and drafters."""
+    if not redo:
+        return set()
+    if not resume:
+        raise DimrError("--redo re-decodes groups of a saved run: add --resume")
+    groups = set()
+    for item in (x.strip() for x in redo.split(",") if x.strip()):
+        work, _, drafter = item.partition(":")
+        if work not in works or drafter not in drafters:
+            raise DimrError(f"--redo {item!r}: give WORKLOAD:DRAFTER with a workload of this run "
+                            f"({', '.join(works)}) and one of its drafters ({', '.join(drafters)})")
+        groups.add((work, drafter))
+    return groups
+
+
 def bench_relaxed(
     pair: str = typer.Option("mini", "--pair", help="model pair"),
     workloads: str = typer.Option("", "--workloads", help="the pair's workloads to run (default: all it has; "
@@ -98,6 +114,8 @@ def bench_relaxed(
     out_json: Path = typer.Option(None, "--json-out", help="write the rows as JSON (rewritten after every row)"),
     resume: bool = typer.Option(False, "--resume", help="continue the interrupted run in --json-out: its points "
                                 "are kept, only the missing ones are decoded (same settings required)"),
+    redo: str = typer.Option("", "--redo", help="with --resume: WORKLOAD:DRAFTER[,…] whose kept rows are decoded "
+                             "again, in this process (rows of one process compare; another session's do not)"),
     plot: Path = typer.Option(None, "--plot", help="write the speed–quality PNG"),
     device: str = typer.Option(None, "--device"),
     threads: int = typer.Option(1, "--threads", help="torch intra-op threads"),
@@ -133,7 +151,9 @@ def bench_relaxed(
     if min([n_prompts, tokens, n_arith, n_code, arith_tokens, code_tokens]) < 0:
         raise DimrError("--prompts, --tokens, --n-* and --*-tokens must be 0 (default) or positive")
     pairs = rt.parse_transfer(transfer, works) if transfer else []
+    groups = _redo_groups(redo, resume, works, draft_list)
     saved, saved_meta = _saved_run(out_json, resume)
+    saved = [r for r in saved if r.mode == "ar" or (r.workload, r.drafter) not in groups]
     loaded = [rw.load_workload(w, {"arithmetic": n_arith, "code": n_code}.get(w) or n_prompts or None,
                                {"arithmetic": arith_tokens, "code": code_tokens}.get(w) or tokens or None,
                                pair=pair) for w in works]

@@ -465,3 +465,32 @@ def test_claim_evidence_on_hand_made_rows():
     assert ev["acceptance"] == ["task γ=2 diversed shift=0: acceptance 0.35 (lossless 0.20); static static w=0.6 "
                                 "at 1.20×: 0.30"]
     assert ev["transfer"] == [] and ev["contrastive"] == []
+
+
+def test_redo_decodes_a_group_again_in_this_process(capsys, tmp_path, tiny_pair):
+    """--redo W:D drops the kept rows of that (workload, drafter) and decodes them again beside this process's
+    ar, so that the group's rows come from one process; other groups stay as they were."""
+    args = ("bench-relaxed", "--pair", "tiny-random", "--methods", "static", "--drafter", "model,ngram",
+            "--gammas", "3", "--sweep-gamma", "3", "--grid-points", "1", "--prompts", "2", "--tokens", "6",
+            "--temperature", "1")
+    out = tmp_path / "rows.json"
+    assert cli(capsys, *args, "--json-out", str(out))[0] == 0
+    before = rb.load_rows(out)[0]
+    work = before[0].workload
+    for extra, msg in ((("--redo", f"{work}:model"), "add --resume"),
+                       (("--resume", "--redo", "nope:model"), "give WORKLOAD:DRAFTER"),
+                       (("--resume", "--redo", f"{work}:lookup"), "give WORKLOAD:DRAFTER")):
+        code, _, err = cli(capsys, *args, *extra, "--json-out", str(out))
+        assert code == 2 and msg in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, extra
+    assert [rb.point_key(r) for r in rb.load_rows(out)[0]] == [rb.point_key(r) for r in before]  # refused: untouched
+    code, _, err = cli(capsys, *args, "--resume", "--redo", f"{work}:ngram", "--json-out", str(out))
+    assert code == 0, err
+    after = rb.load_rows(out)[0]
+    old = {r.session for r in before}
+    redone = [r for r in after if r.mode != "ar" and (r.workload, r.drafter) == (work, "ngram")]
+    kept = [r for r in after if r.mode != "ar" and (r.workload, r.drafter) != (work, "ngram")]
+    assert len(redone) == len([r for r in before if r.mode != "ar" and (r.workload, r.drafter) == (work, "ngram")])
+    assert len(kept) == len([r for r in before if r.mode != "ar"]) - len(redone) > 0
+    assert {r.session for r in redone}.isdisjoint(old) and {r.session for r in kept} <= old
+    new_ar = [r for r in after if r.mode == "ar" and r.session not in old]
+    assert [r.workload for r in new_ar] == [work] and {r.session for r in redone} == {new_ar[0].session}
