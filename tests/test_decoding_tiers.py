@@ -178,6 +178,20 @@ def test_auto_prices_by_measured_time():
     assert off.scale == {}
 
 
+def test_auto_times_steps_not_prefills_and_one_stall_moves_little():
+    """A forward longer than any block's (the prompt's prefill) is not timed; one forward 100× its entry (a cold
+    cache) moves a ratio by RATE at most; a tier that keeps running 3× its entry still gets there."""
+    from dimr.decoding.auto import OBSERVED, RATE
+
+    chooser = Chooser(Costs({"full": {1: 1.0, 64: 2.0}}, "test"), [Arm("ar")])
+    chooser.observe_forwards("full", [(OBSERVED + 1, 50.0)])
+    assert chooser.scale == {}
+    chooser.observe_forwards("full", [(1, 100.0)])
+    assert chooser.scale["full"] == chooser.scale[("full", 1)] == pytest.approx(1 + RATE)
+    chooser.observe_forwards("full", [(1, 3.0)] * 60)
+    assert chooser.scale[("full", 1)] == pytest.approx(3.0, rel=0.02)
+
+
 def test_auto_prices_each_forward_size_by_its_own_measurements():
     """A table right about one-token steps but 2× too cheap for a 5-token verification: sd/4 looks best by the
     table, and after the measured forwards of both sizes ar wins, where a single per-tier factor would not

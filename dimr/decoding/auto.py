@@ -65,6 +65,11 @@ PRIOR = (1.0, 2.0)  # Beta(accepted + 1, rejected + 2): a mildly pessimistic sta
 HORIZON = 256.0  # tested tokens a pair's posterior holds at most: older evidence fades (exponential forgetting)
 RATE = 0.1  # weight of the newest forward in the running measured/tabled time ratio
 RATIO_BOUNDS = (0.2, 5.0)  # one forward's ratio is clipped to this: a single stall must not flip the table
+# ... and to [1/STALL, STALL] × the running ratio: a forward slowed by another model having evicted this one's
+# weights from the cache (a 12 MB mini tier after a decode of another mode) moves the ratio by a factor
+# 1 + RATE at most, while a tier that really runs slower still reaches its ratio within a few dozen forwards
+STALL = 2.0
+OBSERVED = max(w for _, w in HIER) + 1  # longer forwards (the prompt's prefill, a long catch-up) are not timed
 RUN = 4  # an arm chosen again and again runs 1, 2, 4… blocks per choice, up to this: fewer choices, same law
 # tokens a model-drafted pair (sd's, self's) is tested on before the draws alone decide whether it runs again
 MIN_TESTED = 8
@@ -139,12 +144,14 @@ class Chooser:
         if not self.adapt:
             return
         for n, seconds in forwards:
-            if seconds <= 0:
+            if seconds <= 0 or n > OBSERVED:
                 continue
             ratio = min(max(seconds / self.tabled(tier, n), RATIO_BOUNDS[0]), RATIO_BOUNDS[1])
-            for key in (tier, (tier, n)):  # a size seen for the first time starts from the tier's ratio
-                old = self.scale.get(key, self.scale.get(tier, 1.0))
-                self.scale[key] = old + RATE * (ratio - old)
+            base = self.scale.get(tier, 1.0)  # a size seen for the first time starts from the tier's ratio
+            for key in (tier, (tier, n)):
+                old = self.scale.get(key, base)
+                step = min(max(ratio, old / STALL), old * STALL)  # a stall moves it by a factor 1 + RATE at most
+                self.scale[key] = old + RATE * (step - old)
 
     def observe_overhead(self, mode: str, seconds: float, verified: int = 1) -> None:
         """``seconds``: the time one block of ``mode`` spent outside its forwards (the step's own tensor code,
