@@ -213,18 +213,18 @@ def test_bench_rows_wire_the_cost_model_and_intervals(tiny_pair):
         step = r.stats.blocks * steps[r.mode] * (1 if r.mode == "ar" else 4 / 3)
         if r.mode == "ar":
             return r.tokens / (seconds(r.stats) + step)
-        verifications = r.stats.blocks if r.drafter == "model" else 0  # every draft-model block verifies once
-        return r.tokens / (seconds(r.stats) + step + verifications * r.rule_seconds)
+        # the rule's work: per verification with nothing drafted, plus per drafted token up to γ = 3's
+        rule = r.stats.blocks * r.rule_seconds_empty + r.stats.drafted * (r.rule_seconds - r.rule_seconds_empty) / 3
+        return r.tokens / (seconds(r.stats) + step + rule)
 
     assert ar.cost_rate == pytest.approx(by_hand(ar))
     for r in rows[1:]:
         assert r.rule_seconds >= 0 and math.isfinite(r.rule_seconds)
         # the speed-up is end to end (shorter answers save their time): so is its prediction
-        if r.drafter == "model":
-            assert r.cost_speedup == pytest.approx((ar.tokens / by_hand(ar)) / (r.tokens / by_hand(r)))
-        else:  # an n-gram block without a match verifies nothing: between every block verifying and none
-            every = r.tokens / (r.tokens / by_hand(r) + r.stats.blocks * r.rule_seconds)
-            assert every * (1 - 1e-9) <= r.cost_rate <= by_hand(r) * (1 + 1e-9)
+        # every block verifies once, an n-gram block without a match too (nothing drafted)
+        assert (r.verifications, r.drafts_verified) == (r.stats.blocks, r.stats.drafted)
+        assert r.rule_seconds_empty >= 0 and (r.drafter == "ngram" or r.rule_seconds_empty == 0)
+        assert r.cost_speedup == pytest.approx((ar.tokens / by_hand(ar)) / (r.tokens / by_hand(r)))
         assert r.speedup == pytest.approx(sum(ar.per_prompt["seconds"]) / sum(r.per_prompt["seconds"]))
         assert r.speedup_ci == pytest.approx(ratio_interval(ar.per_prompt["seconds"], r.per_prompt["seconds"]))
         assert r.quality_ci == pytest.approx(mean_interval(r.per_prompt["quality"]))
@@ -253,6 +253,8 @@ def test_rule_seconds_times_the_rule_on_the_pairs_sizes(tiny_pair):
     drafts = []
     rb.rule_seconds(lambda d, f, c: drafts.append(d) or verify.lossless(d, f, c), dec, 3, 0.7, reps=1, one_hot=True)
     assert drafts[0].max(-1).values.tolist() == [1.0] * 3 and drafts[0].sum().item() == 3  # the n-gram draft's kind
+    rb.rule_seconds(lambda d, f, c: drafts.append(d) or verify.lossless(d, f, c), dec, 0, 0.7, reps=1, one_hot=True)
+    assert drafts[1].shape == (0, v)  # a verification of an n-gram block without a match
 
 
 def test_the_grid_runs_at_the_best_lossless_gamma(tiny_pair):
