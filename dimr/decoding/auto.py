@@ -15,7 +15,10 @@ The posterior counts live in the :class:`Chooser` and carry over between prompts
 :data:`HORIZON` tested tokens per pair (running estimates that still adapt to a new prompt). The chooser
 also times every forward it asks for: per tier and per forward size, a running ratio of measured to tabled
 seconds rescales the cost table, so a table measured under other load (or one whose multi-token entries are
-off by another factor than its one-token ones) still prices the arms as they run now. It also times each
+off by another factor than its one-token ones) still prices the arms as they run now. Forwards longer than any
+block's (the prompt's prefill) are not timed, and one forward moves a ratio by a factor 1 + RATE at most: on
+mini, forwards slowed by another model's decode having evicted these weights from the cache had made the
+chooser run ``ar`` where ``sd`` was fastest. It also times each
 block's work outside the forwards (the step's tensor code, the n-gram proposer's search), a running mean
 per mode and verified token (the choice's own time is not in it: every arm pays it alike, and counted per
 verified token it had priced a 2-token sd block's 0.4 ms of choosing into every longer γ), added to each
