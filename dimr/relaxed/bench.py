@@ -581,6 +581,10 @@ def plot(rows: Sequence[Row], path: Path, gamma: int | None, title: str = "", y:
     markers = dict(zip(METHODS, "o*sDv^<>ph", strict=False))
     for ax, (work, metric, ylabel, drafter) in zip(axes.flat, panels, strict=True):
         cand = [r.gamma for r in rows if r.workload == work and r.drafter == drafter and r.mode != "ar"]
+        if not cand:  # a run in progress: this workload has no row with this drafter yet
+            ax.set_title(f"{work}, {drafter} draft: not decoded yet")
+            ax.axis("off")
+            continue
         g = gamma if gamma is not None else max(set(cand), key=cand.count, default=0)
         sel = [r for r in rows if r.workload == work and ((r.gamma == g and r.drafter == drafter) or r.mode == "ar")]
         for method in METHODS:
