@@ -449,19 +449,22 @@ def test_claim_evidence_on_hand_made_rows():
     rows = [ar, row("static", 1.0, 2, 0.8, 0.50, acc=0.2), row("static", 1.0, 3, 0.6, 0.50),
             row("static", 0.6, 2, 1.2, 0.47), row("static", 0.0, 2, 2.0, 0.00, length=80.0, rep=0.5),
             row("diversed", 0.0, 2, 1.0, 0.50, acc=0.35), row("cactus", 0.5, 2, 0.9, 0.49),
-            row("cactus", 1.0, 2, 0.7, 0.30),
+            row("cactus", 1.0, 2, 0.7, 0.30), row("cactus", 3.0, 2, 1.1, 0.50, rep=0.3),
             row("static", 1.0, 2, 0.9, 0.50, "ngram"), row("fuzzy", 0.2, 2, 1.5, 0.10, "ngram")]
     assert claims.useful(rows, rows[3]) and not claims.useful(rows, rows[4])  # 0.47 ≥ 0.5 − 0.05; 0.0 is not
     assert not claims.useful(rows, rows[7])  # slower than lossless at its γ
+    assert not claims.useful(rows, rows[8])  # faster, ar's quality, but repeated 4-grams 0.3 against ar's 0.02
     ev = claims.evidence(rows)
     assert set(ev) == set(claims.CLAIMS)
     assert ev["gamma"] == ["task/model: lossless 0.60× (γ=3) → 0.80× (γ=2): γ gains 1.33×; the fastest useful "
                            "relaxed point, γ=2 static w=0.6 1.20×, is 1.50× the best lossless γ"]
-    # model draft: static w=0 and cactus δ=1 lose capability (2 of 5 relaxed points); w=0 collapses (80 > 1.3·50)
-    assert ev["ramble"][0].startswith("model draft: 2/5 relaxed points lose capability, 1/5 flagged")
+    # model draft: static w=0 and cactus δ=1 lose capability (2 of 6 relaxed points); w=0 (80 > 1.3·50) and
+    # cactus δ=3 (rep4 0.3 > 0.02 + 0.15) collapse
+    assert ev["ramble"][0].startswith("model draft: 2/6 relaxed points lose capability, 2/6 flagged")
     assert ev["ramble"][1].startswith("ngram draft: 1/1 relaxed points lose capability, 0/1")
     assert ev["controlled"][0] == ("task/model cactus: γ=2 cactus delta=0.5 0.90×, lost +0.010; γ=2 cactus "
-                                   "delta=1 0.70×, lost +0.200 (1/2 useful)")  # δ = 0.5: faster, within 0.05
+                                   "delta=1 0.70×, lost +0.200; γ=2 cactus delta=3 1.10×, lost +0.000 (1/3 useful; "
+                                   "1 more keep the quality but loop)")  # δ = 0.5: faster, within 0.05
     # the diversed point at 1.0× sits between (0.8, 0.50) and (1.2, 0.47): the line is at 0.485
     assert ev["diversed"] == ["task/model γ=2 diversed shift=0: 1.00×, +0.015 against the static line"]
     assert ev["acceptance"] == ["task γ=2 diversed shift=0: acceptance 0.35 (lossless 0.20); static static w=0.6 "

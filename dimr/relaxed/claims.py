@@ -3,7 +3,9 @@
 Each function reads the rows of one run (any number of workloads, both drafters) and returns one line per
 (workload, drafter) or per method with the numbers a verdict rests on; :func:`evidence` gathers them by claim.
 "A useful point" throughout: a relaxed (non-lossless) row faster than lossless decoding at its γ whose quality
-stays within :data:`dimr.relaxed.transfer.TOLERANCE` of ``ar``'s (0.05 accuracy, 0.1 nats per token).
+stays within :data:`dimr.relaxed.transfer.TOLERANCE` of ``ar``'s (0.05 accuracy, 0.1 nats per token) and whose
+outputs do not loop (:func:`dimr.relaxed.bench.collapsed`): the verifier's log-likelihood rewards repetition, so
+a loop can keep it while the text is worse.
 """
 
 from __future__ import annotations
@@ -46,12 +48,22 @@ def _relaxed(rows: Sequence[Row], workload: str, drafter: str, methods: Sequence
             and (methods is None or r.method in methods)]
 
 
-def useful(rows: Sequence[Row], r: Row) -> bool:
+def _keeps(rows: Sequence[Row], r: Row) -> bool:
     """``r`` is faster than lossless decoding at its γ and keeps ``ar``'s quality within the tolerance."""
     ar, off = _ar(rows, r.workload), _lossless(rows, r.workload, r.drafter).get(r.gamma)
     if ar is None or off is None or math.isnan(r.quality):
         return False
     return r.speed > off.speed and r.quality >= ar.quality - TOLERANCE[ar.metric]
+
+
+def _loops(rows: Sequence[Row], r: Row) -> bool:
+    return any(c is r for c, _ in collapsed(rows))
+
+
+def useful(rows: Sequence[Row], r: Row) -> bool:
+    """``r`` is faster than lossless decoding at its γ, keeps ``ar``'s quality within the tolerance and does
+    not loop."""
+    return _keeps(rows, r) and not _loops(rows, r)
 
 
 def _point(r: Row, ar: Row | None) -> str:
@@ -107,8 +119,10 @@ def grid_points(rows: Sequence[Row], methods: Sequence[str]) -> list[str]:
             pts = sorted(_relaxed(rows, work, drafter, [method]), key=lambda r: (r.gamma, METHODS[method].grid.index(
                 r.value) if r.value in METHODS[method].grid else 0))
             if pts:
+                looping = sum(_keeps(rows, r) and _loops(rows, r) for r in pts)
+                note = f"; {looping} more keep the quality but loop" if looping else ""
                 out.append(f"{work}/{drafter} {method}: " + "; ".join(f"γ={r.gamma} {_point(r, ar)}" for r in pts)
-                           + f" ({sum(useful(rows, r) for r in pts)}/{len(pts)} useful)")
+                           + f" ({sum(useful(rows, r) for r in pts)}/{len(pts)} useful{note})")
     return out
 
 
