@@ -275,6 +275,23 @@ def test_via_applies_the_rule_where_the_full_verifier_decides(decoder: Decoder):
     assert stats.escalated == 0  # the full verifier never had to write a token itself
 
 
+def test_recorder_times_the_rule_it_wraps(decoder: Decoder):
+    """The recorder's seconds are the wrapped rule's own: a rule that waits 5 ms a call adds at least that."""
+    import time
+
+    def slow(draft_probs, full_probs, context):
+        time.sleep(0.005)
+        return verify.lossless(draft_probs, full_probs, context)
+
+    config = DecodeConfig(max_new_tokens=12, gamma=3, temperature=1.0, seed=0)
+    fast, waits = Recorder(verify.lossless), Recorder(slow)
+    assert decoder.run(PROMPT, "sd", config, waits).tokens == decoder.run(PROMPT, "sd", config, fast).tokens
+    assert len(waits.betas) == len(fast.betas) > 0
+    assert waits.seconds >= 0.005 * len(waits.betas) and fast.seconds > 0
+    waits.reset()
+    assert (waits.seconds, waits.betas) == (0.0, [])
+
+
 def test_diversed_needs_and_gets_hidden_states(decoder: Decoder):
     head = EnsembleHead(32, 32)
     seen = []

@@ -213,9 +213,8 @@ def test_bench_rows_wire_the_cost_model_and_intervals(tiny_pair):
         step = r.stats.blocks * steps[r.mode] * (1 if r.mode == "ar" else 4 / 3)
         if r.mode == "ar":
             return r.tokens / (seconds(r.stats) + step)
-        # the rule's work: per verification with nothing drafted, plus per drafted token up to γ = 3's
-        rule = r.stats.blocks * r.rule_seconds_empty + r.stats.drafted * (r.rule_seconds - r.rule_seconds_empty) / 3
-        return r.tokens / (seconds(r.stats) + step + rule)
+        # the rule's work: its time inside the decode less lossless verification's
+        return r.tokens / (seconds(r.stats) + step + r.rule_work)
 
     assert ar.cost_rate == pytest.approx(by_hand(ar))
     for r in rows[1:]:
@@ -224,6 +223,7 @@ def test_bench_rows_wire_the_cost_model_and_intervals(tiny_pair):
         # every block verifies once, an n-gram block without a match too (nothing drafted)
         assert (r.verifications, r.drafts_verified) == (r.stats.blocks, r.stats.drafted)
         assert r.rule_seconds_empty >= 0 and (r.drafter == "ngram" or r.rule_seconds_empty == 0)
+        assert r.rule_seconds_decode > 0 and 0 <= r.rule_work <= r.rule_seconds_decode * r.verifications
         assert r.cost_speedup == pytest.approx((ar.tokens / by_hand(ar)) / (r.tokens / by_hand(r)))
         assert r.speedup == pytest.approx(sum(ar.per_prompt["seconds"]) / sum(r.per_prompt["seconds"]))
         assert r.speedup_ci == pytest.approx(ratio_interval(ar.per_prompt["seconds"], r.per_prompt["seconds"]))

@@ -9,8 +9,8 @@ prediction E[Σ_k Π_{t≤k} β_t], output length, the repeated-4-gram rate (ram
 (end-to-end time for the whole workload, so longer answers cost what they cost; CPU time of this process when the
 decoder records it, else wall time) with two predictions beside it: the forward-cost model's (the run's forward
 calls priced on a table c(tier, n) measured by the process that decoded the row,
-:func:`dimr.decoding.costs.predict_from_counts`, plus each block's step work and the rule's own work per
-verification beyond lossless verification's, :func:`rule_seconds`) and the survey's
+:func:`dimr.decoding.costs.predict_from_counts`, plus each block's step work and the rule's own work beyond lossless
+verification's, timed inside the decode, lossless's by :func:`rule_seconds`) and the survey's
 S = (L̄_AR/L̄)·(l̄ + 1)/(1 + γ·c_rel); quality (exact match, or the full verifier's log-likelihood per token);
 and 95% intervals over the prompts (:mod:`dimr.relaxed.metrics`) for the per-prompt metrics and the speed-up.
 """
@@ -104,6 +104,10 @@ class Row:
     forward_ratio: float = math.nan  # CPU seconds its forwards took / the table's price for them (load: > 1)
     rule_seconds: float = math.nan  # its rule's own work per verification of γ drafts beyond lossless's
     rule_seconds_empty: float = math.nan  # ... and of no draft (an n-gram block without a match still verifies)
+    # its rule's seconds per verification as timed inside the decode (what the cost model prices, lossless's
+    # rule timed above subtracted; rows from before the field priced the rule by the two timings above)
+    rule_seconds_decode: float = math.nan
+    rule_work: float = math.nan  # seconds in all the cost model adds for the rule: the decode's less lossless's
     verifications: float = math.nan  # rule calls of the decode, and the drafted tokens they verified
     drafts_verified: float = math.nan
     quality: float = math.nan
@@ -255,19 +259,22 @@ def rule_seconds(rule: TargetsFn, decoder: Decoder, gamma: int, temperature: flo
 
 
 def cost_rate(stats: DecodeStats, tokens: int, costs: Costs, mode: str, gamma: int, verifications: int = 0,
-              rule: float = 0.0, drafted: float | None = None, rule_empty: float = 0.0) -> float:
+              rule: float = 0.0, drafted: float | None = None, rule_empty: float = 0.0,
+              rule_work: float | None = None) -> float:
     """The cost model's tokens/s for a decode: its forwards priced at their sizes, each block's step work
-    (``costs.steps``, measured at γ = 2, per verified token) and the rule's work: ``rule`` seconds a verification
-    of γ drafts, ``rule_empty`` one of none, linear in between over the ``drafted`` tokens the ``verifications``
-    verified (default: γ each). An n-gram block drafts what its match offers (often nothing): priced at γ drafts
-    a verification, Mentored's n-gram rows were predicted 28% below the speed they ran at."""
+    (``costs.steps``, measured at γ = 2, per verified token) and the rule's work: ``rule_work`` seconds in all if
+    given (the rule timed inside the decode, beyond lossless's), else ``rule`` seconds a verification of γ drafts,
+    ``rule_empty`` one of none, linear in between over the ``drafted`` tokens the ``verifications`` verified
+    (default: γ each). An n-gram block drafts what its match offers (often nothing): priced at γ drafts a
+    verification, Mentored's n-gram rows were predicted 28% below the speed they ran at."""
     verified = 1 if mode == "ar" else (gamma + 1) / (STEP_GAMMA + 1)
     rate = predict_from_counts(tokens, stats.calls, stats.fed, costs, stats.forwards, stats.blocks * verified, mode)
     if not tokens or math.isnan(rate):
         return math.nan
-    drafted = verifications * gamma if drafted is None else drafted
-    work = verifications * rule_empty + drafted * (rule - rule_empty) / max(gamma, 1)
-    return tokens / (tokens / rate + work)
+    if rule_work is None:
+        drafted = verifications * gamma if drafted is None else drafted
+        rule_work = verifications * rule_empty + drafted * (rule - rule_empty) / max(gamma, 1)
+    return tokens / (tokens / rate + rule_work)
 
 
 def run_bench(decoder: Decoder, workloads: Sequence[Workload], methods: Sequence[str], config: DecodeConfig,
@@ -363,8 +370,14 @@ def run_bench(decoder: Decoder, workloads: Sequence[Workload], methods: Sequence
                 row.rule_seconds_empty = max(timed[(*own, 0)] - timed[(*base_key, 0)], 0.0) if one_hot else 0.0
                 row.verifications = len(recorder.betas)
                 row.drafts_verified = sum(b.numel() for b in recorder.betas)
-                row.cost_rate = cost_rate(stats, row.tokens, costs, DRAFTERS[drafter], gamma, row.verifications,
-                                          row.rule_seconds, row.drafts_verified, row.rule_seconds_empty)
+                row.rule_seconds_decode = recorder.seconds / max(row.verifications, 1)
+                # the rule's work beyond lossless's: its time in the decode (random logits had priced Mentored's
+                # 103 ms a verification where the decode took 83) less lossless's, timed on the same sizes
+                lossless_empty = timed[(*base_key, 0)] if one_hot else timed[(*base_key, gamma)]
+                lossless_work = (row.verifications * lossless_empty + row.drafts_verified
+                                 * (timed[(*base_key, gamma)] - lossless_empty) / max(gamma, 1))
+                row.rule_work = max(recorder.seconds - lossless_work, 0.0)
+                row.cost_rate = cost_rate(stats, row.tokens, costs, DRAFTERS[drafter], gamma, rule_work=row.rule_work)
                 row.forward_ratio = _forward_ratio(stats, row.tokens, costs)
                 derive([ar_row, row])
                 done[(gamma, method, value)] = row

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import torch
@@ -34,10 +35,12 @@ def survey_speedup(len_ar: float, len_relax: float, accepted_length: float, n_dr
 
 @dataclass
 class Recorder:
-    """Wraps a rule; records β_t per verified block. Transparent to the decoder (same Targets, same hidden)."""
+    """Wraps a rule; records β_t per verified block and the seconds the rule took. Transparent to the decoder
+    (same Targets, same hidden)."""
 
     rule: TargetsFn
     betas: list[Tensor] = field(default_factory=list)
+    seconds: float = 0.0  # the rule's own time over every call, measured inside the decode
 
     @property
     def needs_hidden(self) -> bool:
@@ -48,12 +51,15 @@ class Recorder:
         return bool(getattr(self.rule, "needs_draft_model", False))
 
     def __call__(self, draft_probs: Tensor, full_probs: Tensor, context: Context | None = None) -> Targets:
+        began = time.perf_counter()
         targets = self.rule(draft_probs, full_probs, context)
+        self.seconds += time.perf_counter() - began
         self.betas.append(acceptance_probs(draft_probs, targets).detach().cpu())
         return targets
 
     def reset(self) -> None:
         self.betas.clear()
+        self.seconds = 0.0
 
     @property
     def predicted_accepted_length(self) -> float:
