@@ -320,6 +320,30 @@ def test_auto_tests_each_model_draft_before_the_draws_decide():
     assert {dear.choose(rng, {"slim": 0}).label for _ in range(20)} == {"ar"} and not dear.probing
 
 
+def test_auto_tests_hier_draft_against_the_slim_before_the_draws_decide():
+    """hier's inner pair (the draft against the slim) is only seen when hier runs: on mini at T = 0.7 on the task
+    (hier@4x12 the fastest fixed mode) it never ran, its draws at the prior's mean 1/3 losing to sd's. Once sd
+    and self are tested, hier(1, 4) runs until the draft has been tested against the slim on MIN_TESTED tokens,
+    if hier could win were those drafts always accepted; then the draws decide."""
+    import random
+
+    # a cheap slim that the full verifier nearly always accepts, a draft that the full verifier rarely does
+    costs = Costs({"full": {1: 1.0, 17: 1.0}, "draft": {1: 0.05}, "slim": {1: 0.1}}, "test")
+    chooser = Chooser(costs, arms(draft=True, slim=True))
+    chooser.observe([("draft", "full", 2, MIN_TESTED), ("slim", "full", 95, 100)])
+    rng = random.Random(0)
+    assert {chooser.choose(rng, {"draft": 0, "slim": 0}, 0).label for _ in range(20)} == {"hier/1/4"}
+    assert chooser.probing
+    chooser.observe([("draft", "slim", 7, MIN_TESTED)])
+    picked = [chooser.choose(rng, {"draft": 0, "slim": 0}, 0) for _ in range(20)]
+    assert not chooser.probing and sum(a.mode == "hier" for a in picked) > 10  # the draws now favour hier
+    assert any(a.mode == "hier" and a != Arm("hier", 1, 4) for a in picked)  # at the longer Γ its evidence allows
+    # a slim the full verifier rarely accepts: hier could not win, its inner pair is never probed
+    poor = Chooser(costs, arms(draft=True, slim=True))
+    poor.observe([("draft", "full", 2, MIN_TESTED), ("slim", "full", 5, 100)])
+    assert all(poor.choose(rng, {"draft": 0, "slim": 0}, 0).mode != "hier" for _ in range(20))
+
+
 def test_auto_prices_lookup_by_the_length_of_its_match():
     """After a matched trigram the n-gram draft has been accepted 9 times in 10, after a single token 1 in 10:
     lookup runs after the trigram only. Observations are filed under the match they came from."""

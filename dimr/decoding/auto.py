@@ -33,7 +33,9 @@ Each model-drafted pair (sd's draft, self's slim against the full verifier) is f
 :data:`MIN_TESTED` tokens at γ = 1, one block at a time, whatever the draws say, if its mode could win at all
 (drafts always accepted, it beats every arm at the posterior means): unlike the n-gram proposer's, its
 acceptance is only seen when its arm runs, and a pair rejected on its first three tokens (mini's draft on greedy
-code, whose acceptance is 0.74) drew below the n-gram and ``ar`` arms from then on and never ran again.
+code, whose acceptance is 0.74) drew below the n-gram and ``ar`` arms from then on and never ran again. hier's
+inner pair (the draft against the slim) is probed the same way, with its shortest arm (γ = 1, Γ = 4): otherwise
+it is never seen, and hier never ran where it was the fastest fixed mode (mini, T = 0.7, the task).
 
 The draw picks the mode; the evidence caps its bet. An arm's γ (and Γ) runs at most 1 + the tokens its tier
 pair has seen accepted, as an adaptive draft length starts short and grows on success: when the draw's best
@@ -76,7 +78,6 @@ OBSERVED = max(w for _, w in HIER) + 1  # longer forwards (the prompt's prefill,
 RUN = 4  # an arm chosen again and again runs 1, 2, 4… blocks per choice, up to this: fewer choices, same law
 # tokens a model-drafted pair (sd's, self's) is tested on before the draws alone decide whether it runs again
 MIN_TESTED = 8
-PROBES = (("sd", DRAFTS["sd"]), ("self", DRAFTS["self"]))
 LOOKUP = ("lookup", "full")
 
 
@@ -94,6 +95,11 @@ class Arm:
     @property
     def label(self) -> str:
         return self.mode + (f"/{self.gamma}" if self.gamma else "") + (f"/{self.window}" if self.window else "")
+
+
+# (mode, the pair its probe tests, the probe's arm): hier's inner pair is only seen when hier runs, as sd's is
+PROBES = (("sd", DRAFTS["sd"], Arm("sd", 1)), ("self", DRAFTS["self"], Arm("self", 1)),
+          ("hier", ("draft", "slim"), Arm("hier", *HIER[0])))
 
 
 def arms(draft: bool, slim: bool) -> list[Arm]:
@@ -209,14 +215,15 @@ class Chooser:
 
     def _probe(self, offered: list[Arm], means: dict[tuple[str, str], float],
                speed: Callable[[Arm, dict[tuple[str, str], float]], float]) -> Arm | None:
-        """γ = 1 of a model-drafted pair tested on fewer than :data:`MIN_TESTED` tokens, if its mode would beat
-        every arm at the posterior means were its drafts always accepted (else None: the draws decide)."""
-        for mode, pair in PROBES:
-            if Arm(mode, 1) not in offered or sum(self.counts.get(pair, (0.0, 0.0))) >= MIN_TESTED:
+        """The shortest arm of a model-drafted pair tested on fewer than :data:`MIN_TESTED` tokens (γ = 1; hier's
+        γ = 1, Γ = 4 for its draft against the slim), if its mode would beat every arm at the posterior means were
+        those drafts always accepted (else None: the draws decide)."""
+        for mode, pair, probe in PROBES:
+            if probe not in offered or sum(self.counts.get(pair, (0.0, 0.0))) >= MIN_TESTED:
                 continue
             best = max(speed(a, means) for a in offered)
             if max(speed(a, {**means, pair: 1.0}) for a in offered if a.mode == mode) > best:
-                return Arm(mode, 1)
+                return probe
         return None
 
 
