@@ -472,6 +472,24 @@ def test_claim_evidence_on_hand_made_rows():
     assert ev["transfer"] == [] and ev["contrastive"] == []
 
 
+def test_gamma_claim_puts_each_points_gain_from_gamma_beside_its_gain_from_relaxing():
+    from dimr.relaxed import claims
+
+    def row(method, value, gamma, speedup, quality):
+        r = _row("task", method, value, speedup, quality)
+        r.gamma, r.drafter, r.output_length, r.repetition = gamma, "model", 50.0, 0.02
+        return r
+
+    rows = [row("ar", math.nan, 5, 1.0, 0.50), row("static", 1.0, 2, 0.8, 0.50), row("static", 1.0, 3, 0.6, 0.50),
+            row("cactus", 1.0, 2, 1.0, 0.50), row("cactus", 1.0, 3, 0.5, 0.50),  # slower than lossless at γ=3
+            row("cactus", 3.0, 2, 1.2, 0.50)]  # one γ only: no line
+    per = claims.gamma_per_method(rows)
+    # fastest at γ=2 (useful: 1.0 > 0.8, quality kept), 1.0 / 0.5 = 2×; over lossless at γ=2: 1.0 / 0.8
+    assert per == ["task/model cactus delta=1: γ=2 1.00×*, γ=3 0.50×: γ gains 2.00×, relaxing gains 1.25× over "
+                   "lossless at γ=2"]
+    assert claims.evidence(rows)["gamma"][1:] == per
+
+
 def test_redo_decodes_a_group_again_in_this_process(capsys, tmp_path, tiny_pair):
     """--redo W:D drops the kept rows of that (workload, drafter) and decodes them again beside this process's
     ar, so that the group's rows come from one process; other groups stay as they were."""

@@ -89,6 +89,29 @@ def gamma_vs_relaxing(rows: Sequence[Row]) -> list[str]:
     return out
 
 
+def gamma_per_method(rows: Sequence[Row]) -> list[str]:
+    """Per (workload, drafter, relaxed point) measured at two or more γ: its speed-up at each γ (* where useful),
+    what choosing γ gains it (fastest over slowest γ) and what relaxing gains it at its fastest γ (over lossless
+    there)."""
+    out = []
+    for work, drafter in _groups(rows):
+        off = _lossless(rows, work, drafter)
+        at: dict[tuple[str, float], dict[int, Row]] = {}
+        for r in _relaxed(rows, work, drafter):
+            at.setdefault((r.method, r.value), {})[r.gamma] = r
+        for by_gamma in at.values():
+            if len(by_gamma) < 2:
+                continue
+            pts = sorted(by_gamma.values(), key=lambda r: r.gamma)
+            best, worst = max(pts, key=lambda r: r.speed), min(pts, key=lambda r: r.speed)
+            relax = (f", relaxing gains {best.speed / off[best.gamma].speed:.2f}× over lossless at γ={best.gamma}"
+                     if best.gamma in off else "")
+            out.append(f"{work}/{drafter} {best.label}: " + ", ".join(
+                f"γ={r.gamma} {r.speed:.2f}×{'*' if useful(rows, r) else ''}" for r in pts)
+                + f": γ gains {best.speed / worst.speed:.2f}×{relax}")
+    return out
+
+
 def rambling(rows: Sequence[Row]) -> list[str]:
     """Per drafter: the share of relaxed rows that lose capability (quality below ar − tolerance), the share
     flagged as collapses (much longer or more repetitive than ar), and the mean length and rep4 against ar."""
@@ -168,7 +191,7 @@ def acceptance(rows: Sequence[Row]) -> list[str]:
 def evidence(rows: Sequence[Row], moved: Sequence[Transfer] = ()) -> dict[str, list[str]]:
     """Every claim of :data:`CLAIMS` with the lines of evidence these rows hold for it (empty: not measured)."""
     return {
-        "gamma": gamma_vs_relaxing(rows),
+        "gamma": gamma_vs_relaxing(rows) + gamma_per_method(rows),
         "ramble": rambling(rows),
         "controlled": grid_points(rows, ("cactus", "mentored")) + against_static_line(rows, ("cactus", "mentored")),
         "confidence": grid_points(rows, ("cascade", "fuzzy")),
