@@ -7,6 +7,7 @@ own docs warn against it under concurrency.
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import re
@@ -37,6 +38,18 @@ GRACE_S = 30
 
 RETRY_S = float(os.environ.get("DIMR_DB_RETRY_S", "60"))  # how long a lost database is waited for
 _T = TypeVar("_T")
+
+
+class _PipelineCleanup(logging.Filter):
+    """Drops psycopg's warning that it could not end a pipeline on a connection already lost (``error ignored
+    terminating <psycopg.Pipeline [BAD]>: the connection is lost``): the command reports the lost database itself,
+    in one line, and this warning, printed at garbage collection, had made that two."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("error ignored terminating")
+
+
+logging.getLogger("psycopg").addFilter(_PipelineCleanup())
 
 
 class StorageError(ValueError):

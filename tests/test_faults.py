@@ -253,6 +253,18 @@ def test_postgres_outage_short_is_ridden_out_long_is_one_line(private_pg):
     assert set(running) <= failed  # the trials in flight were failed by the next run, and retried
 
 
+def test_psycopg_pipeline_cleanup_warning_is_not_printed():
+    """When the server goes away, psycopg warns at garbage collection that it could not end a pipeline on the lost
+    connection; the command's own one-line error says so already. That warning alone is dropped: psycopg's other
+    warnings still reach stderr."""
+    code = ("import logging, storage.rdb; log = logging.getLogger('psycopg'); "
+            "log.warning('error ignored terminating %r: %s', '<psycopg.Pipeline [BAD]>', 'the connection is lost'); "
+            "log.warning('another warning')")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.strip().splitlines() == ["another warning"]
+
+
 def _wait_for_complete(url: str, n: int, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
