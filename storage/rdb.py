@@ -42,8 +42,9 @@ _T = TypeVar("_T")
 
 class _PipelineCleanup(logging.Filter):
     """Drops psycopg's warning that it could not end a pipeline on a connection already lost (``error ignored
-    terminating <psycopg.Pipeline [BAD]>: the connection is lost``): the command reports the lost database itself,
-    in one line, and this warning, printed at garbage collection, had made that two."""
+    terminating <psycopg.Pipeline [BAD]>: the connection is lost``, logged when a statement in a pipeline fails
+    and ending the pipeline fails too): the command reports the lost database itself, in one line, and this
+    warning had made that two."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not str(record.msg).startswith("error ignored terminating")

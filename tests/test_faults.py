@@ -254,7 +254,7 @@ def test_postgres_outage_short_is_ridden_out_long_is_one_line(private_pg):
 
 
 def test_psycopg_pipeline_cleanup_warning_is_not_printed():
-    """When the server goes away, psycopg warns at garbage collection that it could not end a pipeline on the lost
+    """When the server goes away inside a pipeline, psycopg warns that it could not end the pipeline on the lost
     connection; the command's own one-line error says so already. That warning alone is dropped: psycopg's other
     warnings still reach stderr."""
     code = ("import logging, storage.rdb; log = logging.getLogger('psycopg'); "
