@@ -40,17 +40,10 @@ RETRY_S = float(os.environ.get("DIMR_DB_RETRY_S", "60"))  # how long a lost data
 _T = TypeVar("_T")
 
 
-class _PipelineCleanup(logging.Filter):
-    """Drops psycopg's warning that it could not end a pipeline on a connection already lost (``error ignored
-    terminating <psycopg.Pipeline [BAD]>: the connection is lost``, logged when a statement in a pipeline fails
-    and ending the pipeline fails too): the command reports the lost database itself, in one line, and this
-    warning had made that two."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("error ignored terminating")
-
-
-logging.getLogger("psycopg").addFilter(_PipelineCleanup())
+# psycopg warns that it could not end a pipeline on a connection already lost ("error ignored terminating
+# <psycopg.Pipeline [BAD]>: the connection is lost", when a statement in a pipeline fails and ending the pipeline
+# fails too): the command reports the lost database itself, in one line, and this warning had made that two.
+logging.getLogger("psycopg").addFilter(lambda record: not str(record.msg).startswith("error ignored terminating"))
 
 
 class StorageError(ValueError):
