@@ -231,7 +231,7 @@ def test_auto_prices_the_work_outside_forwards(decoder: Decoder):
     # Priced per verified token (0.2 s): lookup/1 (1.5 tokens in 1 + 0.4 s) beats ar (1 token in 1 s), which
     # beats lookup/4 (1.94 tokens in 1 + 1 s); priced per block (1 s, as measured on blocks of 5) ar would win.
     short = Chooser(costs, [Arm("ar"), Arm("lookup", 1), Arm("lookup", 4)], counts=dict(chooser.counts),
-                    overhead={"lookup": 0.2, "ar": 0.0})
+                    overhead={"lookup": 0.2, "ar": 0.0}, local={k: list(v) for k, v in chooser.local.items()})
     assert {short.choose(rng, {}, 4, ngram=2).label for _ in range(20)} == {"lookup/1"}
     off = Chooser(costs, [Arm("ar")], adapt=False)
     off.observe_overhead("ar", 1.0)
@@ -359,6 +359,29 @@ def test_auto_prices_lookup_by_the_length_of_its_match():
     assert {chooser.choose(rng, {}, 4, ngram=3).mode for _ in range(20)} == {"lookup"}
     assert {chooser.choose(rng, {}, 4, ngram=1).mode for _ in range(20)} == {"ar"}
     assert _by_match([("draft", "full", 1, 2)], 3) == [("draft", "full", 1, 2)]  # other pairs keep their key
+
+
+def test_auto_keys_the_ngram_acceptance_to_the_prompt():
+    """Earlier prompts repeated their text (the n-gram draft accepted 9 times in 10 after a trigram); this one does
+    not: after 24 of its drafts are rejected, ar runs, although the pooled counts still say 0.9. The next prompt starts
+    from the pooled counts again, at SEED tokens' weight."""
+    import random
+
+    from dimr.decoding.auto import SEED, _by_match, lookup_pair
+
+    costs = Costs({"full": {1: 1.0, 5: 1.5, 17: 2.0}}, "test")
+    chooser = Chooser(costs, [Arm("ar"), Arm("lookup", 4)])
+    chooser.observe(_by_match([("lookup", "full", 900, 1000)], 3))
+    chooser.new_prompt()
+    rng = random.Random(0)
+    assert {chooser.choose(rng, {}, 4, ngram=3).mode for _ in range(20)} == {"lookup"}
+    chooser.observe(_by_match([("lookup", "full", 0, 1)] * 24, 3))
+    a, r = chooser.counts[lookup_pair(3)]
+    assert a / (a + r) > 0.8  # the pooled estimate barely moved
+    assert sum(chooser.local[lookup_pair(3)]) == pytest.approx(SEED + 24)
+    assert {chooser.choose(rng, {}, 4, ngram=3).mode for _ in range(20)} == {"ar"}
+    chooser.new_prompt()
+    assert {chooser.choose(rng, {}, 4, ngram=3).mode for _ in range(20)} == {"lookup"}
 
 
 def test_auto_posterior_fades_to_its_horizon():

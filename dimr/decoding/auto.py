@@ -9,7 +9,10 @@ current sequence, so the output law is the full verifier's whatever the choices;
 the tokens emitted (each match is an unbiased draw of its acceptance q(x)), and its arms only compete in
 blocks where the last n-gram occurred before, priced at the length of what followed it. Its acceptance is
 kept per matched n-gram length (a proposal after a matched trigram is accepted more often than one after a
-single matched token), so a block is priced with the rate of the match it would use.
+single matched token), so a block is priced with the rate of the match it would use; and per prompt: whether
+text repeats is a property of the prompt, so each prompt's n-gram posterior starts from the pooled counts
+scaled to :data:`SEED` tokens and its own blocks soon outweigh them (pooled, a prompt whose text stopped
+repeating kept drawing 0.9 from earlier prompts' trigrams).
 
 The posterior counts live in the :class:`Chooser` and carry over between prompts, faded to at most
 :data:`HORIZON` tested tokens per pair (running estimates that still adapt to a new prompt). The chooser
@@ -79,6 +82,9 @@ RUN = 4  # an arm chosen again and again runs 1, 2, 4… blocks per choice, up t
 # tokens a model-drafted pair (sd's, self's) is tested on before the draws alone decide whether it runs again
 MIN_TESTED = 8
 LOOKUP = ("lookup", "full")
+# tested tokens of the pooled n-gram evidence each prompt's own n-gram posterior starts from: whether a prompt's
+# text repeats is a property of that prompt, so a few of its own blocks outweigh every earlier prompt's
+SEED = 8.0
 
 
 def lookup_pair(ngram: int) -> tuple[str, str]:
@@ -123,18 +129,28 @@ class Chooser:
     # mode → running seconds outside forwards per token a block verifies (γ + 1; Γ + 1 for hier; 1 for ar)
     overhead: dict[str, float] = field(default_factory=dict)
     probing: bool = False  # the last choice was a probe (it runs one block: the probe ends at MIN_TESTED)
+    # n-gram pair → [accepted, rejected] on the current prompt, seeded with the pooled counts scaled to SEED tokens
+    local: dict[tuple[str, str], list[float]] = field(default_factory=dict)
     _table: dict[tuple[str, int], float] = field(default_factory=dict, repr=False)
 
     def new_prompt(self) -> None:
-        self.chosen = {}
+        self.chosen, self.local = {}, {}
+
+    def seeded(self, pair: tuple[str, str]) -> list[float]:
+        """This prompt's counts of an n-gram pair: from the pooled ones scaled to :data:`SEED` tokens at first."""
+        if pair not in self.local:
+            counts = self.counts.get(pair, [0.0, 0.0])
+            self.local[pair] = [c * min(1.0, SEED / max(sum(counts), 1e-9)) for c in counts]
+        return self.local[pair]
 
     def observe(self, observations: list[modes.Observation]) -> None:
         for proposer, target, accepted, tested in observations:
-            c = self.counts.setdefault((proposer, target), [0.0, 0.0])
-            c[0], c[1] = c[0] + accepted, c[1] + tested - accepted
-            if c[0] + c[1] > HORIZON:
-                fade = HORIZON / (c[0] + c[1])
-                c[0], c[1] = c[0] * fade, c[1] * fade
+            own = [self.seeded((proposer, target))] if proposer.startswith("lookup") else []
+            for c in [self.counts.setdefault((proposer, target), [0.0, 0.0]), *own]:
+                c[0], c[1] = c[0] + accepted, c[1] + tested - accepted
+                if c[0] + c[1] > HORIZON:
+                    fade = HORIZON / (c[0] + c[1])
+                    c[0], c[1] = c[0] * fade, c[1] * fade
 
     def tabled(self, tier: str, n: int) -> float:
         if (tier, n) not in self._table:
@@ -179,7 +195,7 @@ class Chooser:
         of ``ngram`` tokens (its acceptance is drawn from that length's counts)."""
         rates, means, limit = {}, {}, {}
         for pair in PAIRS:
-            a, r = self.counts.get(lookup_pair(ngram) if pair == LOOKUP else pair, (0.0, 0.0))
+            a, r = self.seeded(lookup_pair(ngram)) if pair == LOOKUP else self.counts.get(pair, (0.0, 0.0))
             rates[pair] = rng.betavariate(a + PRIOR[0], r + PRIOR[1])
             means[pair] = (a + PRIOR[0]) / (a + r + PRIOR[0] + PRIOR[1])
             limit[pair] = 1 + a  # γ (Γ) runs at most 1 + the tokens the pair has seen accepted
