@@ -1,20 +1,20 @@
 """``auto``: block by block, the lossless mode and γ (Γ) with the best predicted speed.
 
-Before each block the :class:`Chooser` draws every tier pair's per-token acceptance from its Beta posterior
-(Thompson sampling, as in bandit approaches to speculation such as BanditSpec), prices every arm with the cost
-model (:func:`dimr.decoding.costs.block`, plus the catch-up forward of a tier that sat out recent blocks) and
-runs one block of the fastest. Every block is one block of a lossless mode run from the current sequence, so the
-output law is the full verifier's whatever the choices; greedy output equals ``ar``'s. The n-gram proposer is
-observed for free: after every block its would-be proposal is compared with the tokens emitted (each match is an
-unbiased draw of its acceptance q(x)), and its arms only compete in blocks where the last n-gram occurred
-before, priced at the length of what followed it and at its posterior mean, not a draw: seen whatever runs, it
-gains nothing from exploration, and its draws had run n-gram blocks that the mean said would lose (3 choices in
-10 where it is accepted 9 times in 24 and ``ar`` is cheaper). Its acceptance is kept per matched n-gram length
-(a proposal after a matched trigram is accepted more often than one after a single matched token), so a block is
-priced with the rate of the match it would use; and per prompt: whether text repeats is a property of the
-prompt, so each prompt's n-gram posterior starts from the pooled counts scaled to :data:`SEED` tokens and its
-own blocks soon outweigh them (pooled, a prompt whose text stopped repeating kept drawing 0.9 from earlier
-prompts' trigrams).
+Before each block the :class:`Chooser` draws each model-drafted tier pair's per-token acceptance from its Beta
+posterior (Thompson sampling, as in bandit approaches to speculation such as BanditSpec), prices every arm with
+the cost model (:func:`dimr.decoding.costs.block`, plus the catch-up forward of a tier that sat out recent
+blocks) and runs one block of the fastest. Every block is one block of a lossless mode run from the current
+sequence, so the output law is the full verifier's whatever the choices; greedy output equals ``ar``'s. The
+n-gram proposer is observed for free: after every block its would-be proposal is compared with the tokens
+emitted (each match is an unbiased draw of its acceptance q(x)), and its arms only compete in blocks where the
+last n-gram occurred before, priced at the length of what followed it and at its posterior mean, not a draw:
+seen whatever runs, it gains nothing from exploration, and its draws had run n-gram blocks that the mean said
+would lose (3 choices in 10 where it is accepted 9 times in 24 and ``ar`` is cheaper). Its acceptance is kept
+per matched n-gram length (a proposal after a matched trigram is accepted more often than one after a single
+matched token), so a block is priced with the rate of the match it would use; and per prompt: whether text
+repeats is a property of the prompt, so each prompt's n-gram posterior starts from the pooled counts scaled to
+:data:`SEED` tokens and its own blocks soon outweigh them (pooled, a prompt whose text stopped repeating kept
+drawing 0.9 from earlier prompts' trigrams).
 
 The posterior counts live in the :class:`Chooser` and carry over between prompts, faded to at most
 :data:`HORIZON` tested tokens per pair (running estimates that still adapt to a new prompt). The chooser
