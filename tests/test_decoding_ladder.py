@@ -20,14 +20,14 @@ from dimr.errors import DimrError
 PROMPT = "def f(x):"
 
 
-def slim_file(pair, mask, path):
+def slim_file(pair, mask, path, metrics=None):
     from dimr.pairs import get_pair, load_model
     from dimr.slim_config import make_slim_config
 
     p = get_pair(pair)
     verifier = load_model(p, "verifier", "cpu")
-    cfg = make_slim_config(verifier, mask, pair=pair, verifier_id=p.verifier, cost="kl", metrics={"cost": 0.1},
-                           calibration="test", calibration_hash="0", study="ladder")
+    cfg = make_slim_config(verifier, mask, pair=pair, verifier_id=p.verifier, cost="kl",
+                           metrics=metrics or {"cost": 0.1}, calibration="test", calibration_hash="0", study="ladder")
     return cfg.save(path)
 
 
@@ -198,6 +198,35 @@ def test_ladder_shares_the_verifiers_weights(slims):
         ptrs = {p.data_ptr() for p in tier.model.parameters()}
         assert ptrs <= verifier and len(ptrs) < len(verifier)
     assert len(dec.draft.model.model.layers) == 3 and len(dec.slim.model.model.layers) == 6
+
+
+def test_auto_takes_each_slims_calibrated_acceptance_as_its_prior(tmp_path):
+    """The slim config's calibration metrics (top-1 agreement when greedy, expected acceptance when sampling) seed
+    auto's estimate for the pair that slim drafts in: the slim against the full verifier, and a ladder's draft
+    slim against the full verifier."""
+    metrics = {"cost": 0.1, "top1_agreement": 0.9, "expected_acceptance": 0.8}
+    light = slim_file("tiny-random", (1, 1, 0, 1, 1, 0, 1, 1), tmp_path / "light.json", metrics)
+    heavy = slim_file("tiny-random", (1, 0, 0, 1, 0, 0, 0, 1), tmp_path / "heavy.json",
+                      {"cost": 0.5, "top1_agreement": 0.5, "expected_acceptance": float("nan")})
+    dec = Decoder.load("tiny-random", slim=light, device="cpu")
+    dec.costs = Costs({t: {1: 1.0, 17: 1.0} for t in ("draft", "slim", "full")}, "test")
+    assert dec.auto_chooser(0.0).calibrated == {("slim", "full"): 0.9}
+    dec.chooser = None
+    assert dec.auto_chooser(0.7).calibrated == {("slim", "full"): 0.8}
+    ladder = Decoder.load("tiny-random", slim=light, draft_slim=heavy, device="cpu")
+    ladder.costs = dec.costs
+    assert ladder.auto_chooser(0.0).calibrated == {("slim", "full"): 0.9, ("draft", "full"): 0.5}
+    ladder.chooser = None
+    assert ladder.auto_chooser(0.7).calibrated == {("slim", "full"): 0.8}  # not measured: the plain prior
+    built = dec.ladder(heavy)
+    built.costs = dec.costs
+    assert built.auto_chooser(0.0).calibrated == {("slim", "full"): 0.9, ("draft", "full"): 0.5}
+    plain = Decoder.load("tiny-random", slim=slim_file("tiny-random", (1, 1, 0, 1, 1, 0, 1, 1), tmp_path / "p.json"),
+                         device="cpu")  # a config without calibration metrics: every pair starts from the prior
+    plain.costs = dec.costs
+    assert plain.auto_chooser(0.0).calibrated == {}
+    config = DecodeConfig(max_new_tokens=12)  # and auto stays lossless with the calibrated prior
+    assert dec.run(dec.encode(PROMPT), "auto", config).tokens == dec.run(dec.encode(PROMPT), "ar", config).tokens
 
 
 @pytest.mark.parametrize("pair,light_mask,heavy_mask", [

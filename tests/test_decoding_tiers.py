@@ -320,6 +320,29 @@ def test_auto_tests_each_model_draft_before_the_draws_decide():
     assert {dear.choose(rng, {"slim": 0}).label for _ in range(20)} == {"ar"} and not dear.probing
 
 
+def test_auto_starts_a_calibrated_slim_from_its_calibration():
+    """A slim config carries the slim's acceptance measured on calibration text (mini's: 0.96 top-1 agreement);
+    that is its pair's prior, worth CALIBRATED tested tokens, in place of a probe. On mini the probe had run
+    self/1 on 8 tokens of every cold prompt set although self lost to sd there (about 4% of a pass)."""
+    import random
+
+    from dimr.decoding.auto import CALIBRATED, GAMMAS
+
+    costs = Costs({"full": {1: 1.0, 17: 1.0}, "slim": {1: 0.5}}, "test")  # self/1 beats ar above 0.5 acceptance
+    own = [Arm("ar")] + [Arm("self", g) for g in GAMMAS]
+    rng = random.Random(0)
+    cold = Chooser(costs, own)  # no calibration: tested first
+    assert cold.choose(rng, {"slim": 0}).label == "self/1" and cold.probing
+    poor = Chooser(costs, own, calibrated={("slim", "full"): 0.1})
+    assert poor.prior(("slim", "full")) == pytest.approx((1 + 0.1 * CALIBRATED, 1 + 0.9 * CALIBRATED))
+    picked = [poor.choose(rng, {"slim": 0}).mode for _ in range(200)]
+    assert picked.count("self") <= 2 and not poor.probing  # Beta(2.6, 15.4) draws above 0.5: 5 in 10,000
+    good = Chooser(costs, own, calibrated={("slim", "full"): 0.95})
+    picked = [good.choose(rng, {"slim": 0}) for _ in range(200)]
+    assert not good.probing and sum(a.mode == "self" for a in picked) > 190
+    assert {a.gamma for a in picked if a.mode == "self"} == {1}  # its γ still grows with its own evidence only
+
+
 def test_auto_tests_hier_draft_against_the_slim_before_the_draws_decide():
     """hier's inner pair (the draft against the slim) is only seen when hier runs: on mini at T = 0.7 on the task
     (hier@4x12 the fastest fixed mode) it never ran, its draws at the prior's mean 1/3 losing to sd's. Once sd

@@ -34,11 +34,17 @@ again and again, each choice runs a longer stretch of its blocks (up to :data:`R
 time (the choice, the n-gram look-up) off the per-token cost once the choice has settled; the n-gram proposer is
 then observed once per choice.
 
-Each model-drafted pair (sd's draft, self's slim against the full verifier) is first tested on
+A pair whose acceptance was measured offline starts from it: a slim config carries its slim's top-1 agreement and
+expected acceptance with the full verifier on calibration text (:attr:`Chooser.calibrated`), which is then that
+pair's prior, worth :data:`CALIBRATED` tested tokens (the workload's text may differ from the calibration's, so
+its own blocks soon outweigh it). Each other model-drafted pair (sd's draft, self's slim without calibration,
+against the full verifier) is first tested on
 :data:`MIN_TESTED` tokens at γ = 1, one block at a time, whatever the draws say, if its mode could win at all
 (drafts always accepted, it beats every arm at the posterior means): unlike the n-gram proposer's, its
 acceptance is only seen when its arm runs, and a pair rejected on its first three tokens (mini's draft on greedy
-code, whose acceptance is 0.74) drew below the n-gram and ``ar`` arms from then on and never ran again. hier's
+code, whose acceptance is 0.74) drew below the n-gram and ``ar`` arms from then on and never ran again. A
+calibrated pair needs no such test: its draws start near its calibration, and on mini the test had run self/1 on
+eight tokens of every cold prompt set where ``sd`` was the faster mode (mini's slim: top-1 agreement 0.96). hier's
 inner pair (the draft against the slim) is probed the same way, with its shortest arm (γ = 1, Γ = 4): otherwise
 it is never seen, and hier never ran where it was the fastest fixed mode (mini, T = 0.7, the task).
 
@@ -72,6 +78,8 @@ PAIRS = (("draft", "full"), ("slim", "full"), ("lookup", "full"), ("draft", "sli
 CATCH_UP = {"sd": ("draft",), "self": ("slim",), "hier": ("draft", "slim")}  # tiers an arm brings up to date
 DRAFTS = {"sd": ("draft", "full"), "self": ("slim", "full"), "lookup": ("lookup", "full")}  # two-tier arms' pair
 PRIOR = (1.0, 2.0)  # Beta(accepted + 1, rejected + 2): a mildly pessimistic start (mean 1/3)
+# tested tokens a calibrated acceptance m is worth: Beta(accepted + 1 + m·k, rejected + 1 + (1 - m)·k)
+CALIBRATED = 16.0
 HORIZON = 256.0  # tested tokens a pair's posterior holds at most: older evidence fades (exponential forgetting)
 RATE = 0.1  # weight of the newest forward in the running measured/tabled time ratio
 RATIO_BOUNDS = (0.2, 5.0)  # one forward's ratio is clipped to this: a single stall must not flip the table
@@ -133,6 +141,8 @@ class Chooser:
     probing: bool = False  # the last choice was a probe (it runs one block: the probe ends at MIN_TESTED)
     # n-gram pair → [accepted, rejected] on the current prompt, seeded with the pooled counts scaled to SEED tokens
     local: dict[tuple[str, str], list[float]] = field(default_factory=dict)
+    # pair → its per-token acceptance measured offline (a slim config's, on calibration text): the pair's prior
+    calibrated: dict[tuple[str, str], float] = field(default_factory=dict)
     _table: dict[tuple[str, int], float] = field(default_factory=dict, repr=False)
 
     def new_prompt(self) -> None:
@@ -144,6 +154,13 @@ class Chooser:
             counts = self.counts.get(pair, [0.0, 0.0])
             self.local[pair] = [c * min(1.0, SEED / max(sum(counts), 1e-9)) for c in counts]
         return self.local[pair]
+
+    def prior(self, pair: tuple[str, str]) -> tuple[float, float]:
+        """The pair's Beta prior: :data:`PRIOR`, or its calibrated acceptance worth :data:`CALIBRATED` tokens."""
+        if pair not in self.calibrated:
+            return PRIOR
+        m = min(max(self.calibrated[pair], 0.0), 1.0)
+        return 1.0 + m * CALIBRATED, 1.0 + (1.0 - m) * CALIBRATED
 
     def observe(self, observations: list[modes.Observation]) -> None:
         for proposer, target, accepted, tested in observations:
@@ -198,9 +215,10 @@ class Chooser:
         rates, means, limit = {}, {}, {}
         for pair in PAIRS:
             a, r = self.seeded(lookup_pair(ngram)) if pair == LOOKUP else self.counts.get(pair, (0.0, 0.0))
-            means[pair] = (a + PRIOR[0]) / (a + r + PRIOR[0] + PRIOR[1])
+            pa, pr = self.prior(pair)
+            means[pair] = (a + pa) / (a + r + pa + pr)
             # the n-gram proposer is seen after every block whatever runs: a draw would only add exploration
-            rates[pair] = means[pair] if pair == LOOKUP else rng.betavariate(a + PRIOR[0], r + PRIOR[1])
+            rates[pair] = means[pair] if pair == LOOKUP else rng.betavariate(a + pa, r + pr)
             limit[pair] = 1 + a  # γ (Γ) runs at most 1 + the tokens the pair has seen accepted
 
         def gamma(arm: Arm) -> int:  # what the arm drafts now: lookup offers at most ``lookup_len`` tokens
@@ -238,7 +256,7 @@ class Chooser:
         γ = 1, Γ = 4 for its draft against the slim), if its mode would beat every arm at the posterior means were
         those drafts always accepted (else None: the draws decide)."""
         for mode, pair, probe in PROBES:
-            if probe not in offered or sum(self.counts.get(pair, (0.0, 0.0))) >= MIN_TESTED:
+            if probe not in offered or pair in self.calibrated or sum(self.counts.get(pair, (0.0, 0.0))) >= MIN_TESTED:
                 continue
             best = max(speed(a, means) for a in offered)
             if max(speed(a, {**means, pair: 1.0}) for a in offered if a.mode == mode) > best:

@@ -57,6 +57,8 @@ class Decoder:
     costs: Costs | None = None  # the cost table `auto` prices arms with; measured on first use if None
     chooser: Chooser | None = field(default=None, repr=False)  # auto's running acceptance estimates
     shared: SharedPrefix | None = field(default=None, repr=False)  # hier's shared-prefix escalation
+    # (proposer, target) → the slim config's calibration metrics (top1_agreement, expected_acceptance)
+    calibrated: dict[tuple[str, str], dict[str, float]] = field(default_factory=dict)
 
     def escalate(self, config: DecodeConfig) -> Escalate | None:
         """The full forward hier escalates with: shared-prefix if the config asks for it and it applies."""
@@ -108,7 +110,10 @@ class Decoder:
         if compiled is None:
             compiled = dev.type == "cuda"
         draft = apply_slim_config(draft_cfg, verifier) if draft_cfg is not None else load_model(p, "draft", dev)
-        return cls.from_models(verifier, draft, slim_model, load_tokenizer(p), compiled, timed)
+        out = cls.from_models(verifier, draft, slim_model, load_tokenizer(p), compiled, timed)
+        out.calibrated = {pair: c.metrics for pair, c in ((("slim", "full"), cfg), (("draft", "full"), draft_cfg))
+                          if c is not None}
+        return out
 
     def ladder(self, draft_slim: str | Path) -> Decoder:
         """This decoder's verifier and slim with the slim verifier of ``draft_slim`` as the draft tier: the
@@ -122,8 +127,11 @@ class Decoder:
         if len(cfg.kept_layers) >= num_layers(self.slim.model):
             raise DimrError(f"the draft slim keeps {len(cfg.kept_layers)} layers, the slim "
                             f"{num_layers(self.slim.model)}: the draft must be the more heavily skipped one")
-        return Decoder.from_models(self.full.model, apply_slim_config(cfg, self.full.model), self.slim.model,
-                                   self.tokenizer, self.full.compiled, self.full.timed)
+        out = Decoder.from_models(self.full.model, apply_slim_config(cfg, self.full.model), self.slim.model,
+                                  self.tokenizer, self.full.compiled, self.full.timed)
+        out.calibrated = {**{k: m for k, m in self.calibrated.items() if k[0] != "draft"},
+                          ("draft", "full"): cfg.metrics}
+        return out
 
     def warm_up(self, capacity: int = 240, modes: Sequence[str] = MODES) -> None:
         """Compile the forwards of the compiled tiers that ``modes`` use, for decodes of up to ``capacity``
@@ -171,10 +179,14 @@ class Decoder:
         self.chooser = None  # the calibration decodes of auto must not warm the chooser a measurement then uses
         return out
 
-    def auto_chooser(self) -> Chooser:
+    def auto_chooser(self, temperature: float = 0.0) -> Chooser:
+        """``auto``'s chooser, made on first use: a slim config's calibrated acceptance (top-1 agreement when
+        greedy, the expected acceptance when sampling) is its tier pair's prior."""
         if self.chooser is None:
             costs = self.costs or self.measure_costs()
-            self.chooser = Chooser(costs, arms(draft=True, slim=self.slim is not None))
+            key = "top1_agreement" if temperature == 0 else "expected_acceptance"
+            self.chooser = Chooser(costs, arms(draft=True, slim=self.slim is not None), calibrated={
+                pair: m[key] for pair, m in self.calibrated.items() if math.isfinite(m.get(key, math.nan))})
         return self.chooser
 
     @property
@@ -233,7 +245,7 @@ class Decoder:
                 if mode == "hier":
                     return modes.hier(ModelProposer(self.draft), self.slim, self.full, prompt, config,
                                       escalate=escalate)
-                return auto(self.auto_chooser(), self.full, self.draft, self.slim, prompt, config,
+                return auto(self.auto_chooser(config.temperature), self.full, self.draft, self.slim, prompt, config,
                             self.vocab_size, escalate=escalate)
         return modes.via(ModelProposer(self.draft), self.slim, self.full, prompt, config, targets=targets)
 
