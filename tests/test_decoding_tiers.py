@@ -343,6 +343,27 @@ def test_auto_starts_a_calibrated_slim_from_its_calibration():
     assert {a.gamma for a in picked if a.mode == "self"} == {1}  # its γ still grows with its own evidence only
 
 
+def test_auto_calibrated_smollm2_slim_never_runs_on_its_measured_costs():
+    """smollm2's slim (top-1 agreement 0.56, expected acceptance 0.65) costs 0.9 of the full verifier: on the six
+    cost tables measured in the smollm2 benchmark, neither self nor hier is chosen from its calibrated prior,
+    whatever the draft has shown, so calibration changes no choice there."""
+    import json
+    import random
+    from pathlib import Path
+
+    results = Path(__file__).parents[1] / "benchmarks" / "results" / "bench_tiers_smollm2_ab_mean2.json"
+    for table in json.loads(results.read_text())["tables"]:
+        costs = Costs({t: {int(n): c for n, c in row.items()} for t, row in table["table"].items()}, "smollm2",
+                      steps=table.get("steps"))
+        m = 0.5625 if table["temperature"] == 0 else 0.6455
+        for accepted, tested in ((0, 0), (2, 8), (6, 8), (40, 60), (21, 30)):
+            chooser = Chooser(costs, arms(draft=True, slim=True), calibrated={("slim", "full"): m})
+            chooser.observe([("draft", "full", accepted, tested)] if tested else [])
+            rng = random.Random(0)
+            picked = {chooser.choose(rng, {"draft": 0, "slim": 0}, 8, 1).mode for _ in range(500)}
+            assert not picked & {"self", "hier"}, (table["workload"], table["temperature"], accepted, tested)
+
+
 def test_auto_tests_hier_draft_against_the_slim_before_the_draws_decide():
     """hier's inner pair (the draft against the slim) is only seen when hier runs: on mini at T = 0.7 on the task
     (hier@4x12 the fastest fixed mode) it never ran, its draws at the prior's mean 1/3 losing to sd's. Once sd
