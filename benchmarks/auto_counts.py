@@ -38,7 +38,7 @@ def main() -> None:
     dec.measure_costs()
     config = DecodeConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=1.0)
     for name in args.workloads.split(","):
-        chooser, t_auto, t_ar = dec.auto_chooser(), 0.0, 0.0
+        chooser, t_auto, t_ar = dec.auto_chooser(args.temperature), 0.0, 0.0
         for ids in (dec.encode(p) for p in workload(args.pair, name, args.prompts)):
             t = time.perf_counter()
             auto(chooser, dec.full, dec.draft, dec.slim, ids, config, dec.vocab_size)

@@ -254,7 +254,7 @@ class Chooser:
                speed: Callable[[Arm, dict[tuple[str, str], float]], float]) -> Arm | None:
         """The shortest arm of a model-drafted pair tested on fewer than :data:`MIN_TESTED` tokens (γ = 1; hier's
         γ = 1, Γ = 4 for its draft against the slim), if its mode would beat every arm at the posterior means were
-        those drafts always accepted (else None: the draws decide)."""
+        those drafts always accepted (else None: the draws decide). A calibrated pair is never probed."""
         for mode, pair, probe in PROBES:
             if probe not in offered or pair in self.calibrated or sum(self.counts.get(pair, (0.0, 0.0))) >= MIN_TESTED:
                 continue
