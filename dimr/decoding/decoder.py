@@ -129,8 +129,7 @@ class Decoder:
                             f"{num_layers(self.slim.model)}: the draft must be the more heavily skipped one")
         out = Decoder.from_models(self.full.model, apply_slim_config(cfg, self.full.model), self.slim.model,
                                   self.tokenizer, self.full.compiled, self.full.timed)
-        out.calibrated = {**{k: m for k, m in self.calibrated.items() if k[0] != "draft"},
-                          ("draft", "full"): cfg.metrics}
+        out.calibrated = {**self.calibrated, ("draft", "full"): cfg.metrics}
         return out
 
     def warm_up(self, capacity: int = 240, modes: Sequence[str] = MODES) -> None:
