@@ -356,8 +356,7 @@ def test_auto_calibrated_smollm2_slim_never_runs_on_its_measured_costs():
     results = Path(__file__).parents[1] / "benchmarks" / "results"
     metrics = load_slim_config(results / "smollm2_light.json").metrics  # the slim those runs decoded with
     for table in json.loads((results / "bench_tiers_smollm2_ab_mean2.json").read_text())["tables"]:
-        costs = Costs({t: {int(n): c for n, c in row.items()} for t, row in table["table"].items()}, "smollm2",
-                      steps=table.get("steps"))
+        costs = Costs.from_dict(table)
         m = metrics["top1_agreement" if table["temperature"] == 0 else "expected_acceptance"]
         for accepted, tested in ((0, 0), (2, 8), (6, 8), (40, 60), (21, 30)):
             chooser = Chooser(costs, arms(draft=True, slim=True), calibrated={("slim", "full"): m})
