@@ -211,12 +211,11 @@ def test_auto_takes_each_slims_calibrated_acceptance_as_its_prior(tmp_path):
     dec = Decoder.load("tiny-random", slim=light, device="cpu")
     dec.costs = Costs({t: {1: 1.0, 17: 1.0} for t in ("draft", "slim", "full")}, "test")
     assert dec.auto_chooser(0.0).calibrated == {("slim", "full"): 0.9}
-    dec.chooser = None
-    assert dec.auto_chooser(0.7).calibrated == {("slim", "full"): 0.8}
+    assert dec.auto_chooser(0.7).calibrated == {("slim", "full"): 0.8}  # one chooser per temperature
+    assert dec.auto_chooser(0).calibrated == {("slim", "full"): 0.9} and len(dec.choosers) == 2
     ladder = Decoder.load("tiny-random", slim=light, draft_slim=heavy, device="cpu")
     ladder.costs = dec.costs
     assert ladder.auto_chooser(0.0).calibrated == {("slim", "full"): 0.9, ("draft", "full"): 0.5}
-    ladder.chooser = None
     assert ladder.auto_chooser(0.7).calibrated == {("slim", "full"): 0.8}  # not measured: the plain prior
     built = dec.ladder(heavy)
     built.costs = dec.costs
@@ -313,12 +312,13 @@ def test_bench_auto_warm_starts_every_pass_from_the_warmed_chooser(tiny_pair, mo
 
     def warm_chooser(*args):
         chooser = real_warm(*args)
-        warmed.append(copy.deepcopy(chooser.counts))
+        warmed.append(copy.deepcopy(chooser[0.0].counts))
         return chooser
 
     def run(self, ids, mode, config, *args):
         if mode == "auto" and config.max_new_tokens == 10:  # the measured decodes, not the warm-up's 8 tokens
-            starts.append(None if self.chooser is None else (id(self.chooser), copy.deepcopy(self.chooser.counts)))
+            chooser = self.choosers.get(float(config.temperature))
+            starts.append(None if chooser is None else (id(chooser), copy.deepcopy(chooser.counts)))
         return real_run(self, ids, mode, config, *args)
 
     monkeypatch.setattr(bench, "warm_chooser", warm_chooser)

@@ -50,7 +50,7 @@ def test_greedy_lookup_hier_auto_equal_ar(decoder: Decoder, gamma: int, window: 
     config = DecodeConfig(max_new_tokens=NEW_TOKENS, gamma=gamma, window=window)
     ar = decoder.run(PROMPT, "ar", config)
     decoder.costs = Costs({t: {1: 1.0, 17: 1.0 + 0.05 * 16} for t in ("draft", "slim", "full")}, "test")
-    decoder.chooser = None
+    decoder.choosers = {}
     for mode in ("lookup", "hier", "auto"):
         result = decoder.run(PROMPT, mode, config)
         assert result.tokens == ar.tokens, mode
@@ -140,6 +140,22 @@ def test_auto_emits_what_the_chosen_mode_emits(decoder: Decoder):
                         "lookup": NgramProposer(decoder.vocab_size)}[arm.mode]
             modes.sd_block(proposer, fresh.full, out, arm.gamma, generator)
         assert out.new == emitted, arm
+
+
+def test_auto_keeps_one_chooser_per_temperature(decoder: Decoder):
+    """A decoder serving greedy and sampled requests keeps each temperature's acceptance counts apart: a
+    sampled decode leaves the greedy chooser's counts as they were, and a new temperature starts from none."""
+    decoder.costs = Costs({t: {1: 1.0, 17: 1.8} for t in ("draft", "slim", "full")}, "test")
+    decoder.choosers = {}
+    greedy = DecodeConfig(max_new_tokens=NEW_TOKENS)
+    decoder.run(PROMPT, "auto", greedy)
+    learned = {pair: list(c) for pair, c in decoder.auto_chooser(0.0).counts.items()}
+    assert sum(map(sum, learned.values())) > 0
+    assert not decoder.auto_chooser(0.7).counts  # not what the greedy decode saw
+    decoder.run(PROMPT, "auto", DecodeConfig(max_new_tokens=NEW_TOKENS, temperature=0.7, seed=1))
+    assert sum(map(sum, decoder.auto_chooser(0.7).counts.values())) > 0
+    assert decoder.auto_chooser(0.0).counts == learned and set(decoder.choosers) == {0.0, 0.7}
+    assert decoder.run(PROMPT, "auto", greedy).tokens == decoder.run(PROMPT, "ar", greedy).tokens
 
 
 def test_auto_prefers_the_arm_the_costs_favour():
@@ -541,7 +557,7 @@ def test_measured_step_work_per_mode(decoder: Decoder):
     mode asked for that the decoder can run, none for modes it cannot (no slim: no self/via/hier)."""
     got = decoder.measure_steps(["ar", "sd@2", "lookup@4", "auto", "self", "nonsense"], tokens=6)
     assert set(got) == {"ar", "sd", "lookup", "auto", "self"} and all(v >= 0 for v in got.values())
-    assert decoder.chooser is None  # auto's calibration decode leaves no warm chooser behind
+    assert not decoder.choosers  # auto's calibration decode leaves no warm chooser behind
     bare = Decoder.from_models(decoder.full.model, decoder.draft.model, None, decoder.tokenizer)
     assert set(bare.measure_steps(["sd", "self", "hier"], tokens=4)) == {"sd"}
     costs = bare.measure_costs(lengths=(1, 2), reps=1, steps=["ar", "sd"])

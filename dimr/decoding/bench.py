@@ -191,13 +191,13 @@ def run_bench(decoder: Decoder, prompts: list[str], modes: list[str], config: De
     totals = [[[0, 0.0] for _ in rows] for _ in range(passes)]  # per pass and row: tokens, seconds
     for p in range(passes):
         for dec in decoders.values():
-            dec.chooser = None
-        choosers = {"auto": None, WARM: copy.deepcopy(warmed)}
+            dec.choosers = {}
+        choosers = {"auto": {}, WARM: copy.deepcopy(warmed)}
         for i, ids in enumerate(encoded):
             for j, row in enumerate(rows):
                 tokens, stats = _decode(decoders, row.mode, ids, config, choosers)
                 if row.mode in choosers:
-                    for arm, n in choosers[row.mode].chosen.items():
+                    for arm, n in choosers[row.mode][float(config.temperature)].chosen.items():
                         row.arms[arm] = row.arms.get(arm, 0) + n
                 totals[p][j][0] += stats.tokens
                 totals[p][j][1] += stats.wall_seconds
@@ -252,22 +252,23 @@ def _relative_costs(rows: list[BenchRow], suffix: str) -> dict[str, float]:
     return c_rel
 
 
-def warm_chooser(decoder: Decoder, prompts: Sequence[str], config: DecodeConfig):
-    """``auto``'s chooser after decoding ``prompts`` (held out from the measurement) with ``auto``."""
+def warm_chooser(decoder: Decoder, prompts: Sequence[str], config: DecodeConfig) -> dict:
+    """``auto``'s choosers (:attr:`Decoder.choosers`) after decoding ``prompts`` (held out from the measurement)
+    with ``auto``."""
     if not prompts:
         raise DimrError(f"the {WARM} row needs held-out prompts to warm its chooser on; pass warm prompts "
                         "(benchmarks/bench_tiers.py --warm N)")
-    decoder.chooser = None
+    decoder.choosers = {}
     for prompt in prompts:
         decoder.run(decoder.encode(prompt), "auto", config)
-    warmed, decoder.chooser = decoder.chooser, None
+    warmed, decoder.choosers = decoder.choosers, {}
     return warmed
 
 
 def _decode(decoders: dict[str, Decoder], name: str, ids: torch.Tensor, config: DecodeConfig,
             choosers: dict | None = None) -> tuple[list[int], DecodeStats]:
-    """One row's decode of ``ids``; ``choosers``: the auto rows' choosers (``auto``, ``auto-warm``), each kept
-    across the prompts of a pass."""
+    """One row's decode of ``ids``; ``choosers``: the auto rows' choosers (``auto``, ``auto-warm``: each a
+    :attr:`Decoder.choosers`), each kept across the prompts of a pass."""
     if name in HF_PEERS:
         return _hf_assisted(decoders[""], ids, config, name)
     suffix = COMPILED if name.endswith(COMPILED) else LADDER if name.startswith(LADDER) else ""
@@ -275,10 +276,10 @@ def _decode(decoders: dict[str, Decoder], name: str, ids: torch.Tensor, config: 
     if name == WARM and choosers is None:
         raise DimrError(f"the {WARM} row needs a warmed chooser (run_bench(..., warm=prompts))")
     if choosers is not None and name in choosers:
-        decoders[""].chooser = choosers[name]
+        decoders[""].choosers = choosers[name]
     result = decoders[suffix].run(ids, "hier" if mode == LADDER else "auto" if mode == WARM else mode, config)
     if choosers is not None and name in choosers:
-        choosers[name] = decoders[""].chooser
+        choosers[name] = decoders[""].choosers
     result.stats.mode = name
     return result.tokens, result.stats
 

@@ -55,7 +55,8 @@ class Decoder:
     slim: Tier | None = None
     tokenizer: object | None = None
     costs: Costs | None = None  # the cost table `auto` prices arms with; measured on first use if None
-    chooser: Chooser | None = field(default=None, repr=False)  # auto's running acceptance estimates
+    # auto's running acceptance estimates, one chooser per temperature: acceptance depends on it
+    choosers: dict[float, Chooser] = field(default_factory=dict, repr=False)
     shared: SharedPrefix | None = field(default=None, repr=False)  # hier's shared-prefix escalation
     # (proposer, target) → the slim config's calibration metrics (top1_agreement, expected_acceptance)
     calibrated: dict[tuple[str, str], dict[str, float]] = field(default_factory=dict)
@@ -151,7 +152,7 @@ class Decoder:
         self.costs = measure(self.tiers(), lengths, reps)  # auto's calibration decode prices by it
         if steps:
             self.costs = replace(self.costs, steps=self.measure_steps(steps, temperature=temperature))
-        self.chooser = None
+        self.choosers = {}
         return self.costs
 
     @torch.inference_mode()
@@ -175,18 +176,21 @@ class Decoder:
                 s = self.run(prompt, mode, config).stats
                 best = min(best, max(s.wall_seconds - sum(s.seconds.values()), 0.0) / max(s.blocks, 1))
             out[mode] = best
-        self.chooser = None  # the calibration decodes of auto must not warm the chooser a measurement then uses
+        self.choosers = {}  # the calibration decodes of auto must not warm the chooser a measurement then uses
         return out
 
     def auto_chooser(self, temperature: float = 0.0) -> Chooser:
-        """``auto``'s chooser, made on first use: a slim config's calibrated acceptance (top-1 agreement when
-        greedy, the expected acceptance when sampling) is its tier pair's prior."""
-        if self.chooser is None:
+        """``auto``'s chooser at ``temperature``, made on its first use: a slim config's calibrated acceptance (top-1
+        agreement when greedy, the expected acceptance when sampling) is its tier pair's prior. One per temperature:
+        a draft accepted 0.9 of the time greedy may be accepted 0.6 at T = 0.7, so requests at one temperature
+        must not price the arms of another (the tables of measured times are shared through :attr:`costs` only)."""
+        temperature = float(temperature)
+        if temperature not in self.choosers:
             costs = self.costs or self.measure_costs()
             key = "top1_agreement" if temperature == 0 else "expected_acceptance"
-            self.chooser = Chooser(costs, arms(draft=True, slim=self.slim is not None), calibrated={
+            self.choosers[temperature] = Chooser(costs, arms(draft=True, slim=self.slim is not None), calibrated={
                 pair: m[key] for pair, m in self.calibrated.items() if math.isfinite(m.get(key, math.nan))})
-        return self.chooser
+        return self.choosers[temperature]
 
     @property
     def vocab_size(self) -> int:
