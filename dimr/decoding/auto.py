@@ -208,8 +208,10 @@ class Chooser:
         old = self.overhead.get(mode)
         self.overhead[mode] = seconds if old is None else old + RATE * (seconds - old)
 
-    def choose(self, rng: random.Random, lag: dict[str, int], lookup_len: int = GAMMAS[-1], ngram: int = 0) -> Arm:
+    def choose(self, rng: random.Random, lag: dict[str, int], lookup_len: int = GAMMAS[-1], ngram: int = 0,
+               remaining: int = 0) -> Arm:
         """The arm of highest sampled tokens/s; ``lag[tier]``: tokens a tier's cache is behind;
+        ``remaining``: tokens the decode may still emit (0: unknown), over which the draft's catch-up is spread;
         ``lookup_len``: tokens the n-gram proposer has to offer now (none: its arms are left out), after a match
         of ``ngram`` tokens (its acceptance is drawn from that length's counts)."""
         rates, means, limit = {}, {}, {}
@@ -233,7 +235,10 @@ class Chooser:
             tokens, seconds = block(arm.mode, gamma(arm), acceptance, self.price, arm.window)
             seconds += self.overhead.get(arm.mode, 0.0) * verified(arm, gamma(arm))
             for tier in CATCH_UP.get(arm.mode, ()):
-                seconds += self.price(tier, lag[tier] + 1) - self.price(tier, 1)
+                catch_up = self.price(tier, lag[tier] + 1) - self.price(tier, 1)
+                # the draft's catch-up is paid once for every later block of its arm: each block bears its share
+                share = min(1.0, tokens / remaining) if tier == "draft" and remaining > 0 else 1.0
+                seconds += catch_up * share
             return tokens / seconds
 
         offered = [a for a in self.arms if a.mode != "lookup" or gamma(a) > 0] or self.arms[:1]
@@ -318,7 +323,7 @@ def auto(chooser: Chooser, full: Tier, draft: Tier | None, slim: Tier | None, pr
             ids = out.ids
             proposal, ngram = lookup_match(ids, GAMMAS[-1])
             lag = {t.name: ids.numel() - 1 - t.length for t in (draft, slim) if t is not None}
-            arm = chooser.choose(rng, lag, proposal.numel(), ngram)
+            arm = chooser.choose(rng, lag, proposal.numel(), ngram, out.remaining)
             run = min(2 * run, RUN) if arm == last and not chooser.probing else 1
             last = arm
             seen, blocks, spent = [], 0, 0.0
