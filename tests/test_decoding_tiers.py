@@ -646,3 +646,22 @@ def test_bench_forward_json_and_bad_input(tiny_pair, capsys, tmp_path):
     for args in (["--lengths", "x"], ["--gpu", "Z80"], ["--kept", "99"], ["--reps", "0"]):
         code, _, err = run_cli(["bench-forward", "--pair", "tiny-random", *args], capsys)
         assert code == 2 and err.startswith("error: ") and err.count("\n") == 1, (args, err)
+
+
+def test_auto_spreads_the_drafts_catch_up_over_the_tokens_left():
+    """At a prompt's start the draft lags by the whole prompt. Charged whole to one block, its catch-up priced sd
+    below ar on mini's long code prompts, and each ar block lengthened the lag. It is paid once for all of sd's
+    later blocks, so a block bears its share of the tokens left; the slim's (self, hier) is still charged whole."""
+    import random
+
+    costs = Costs({"full": {1: 1.0, 17: 1.0}, "draft": {1: 0.05, 17: 0.85}, "slim": {1: 0.05, 17: 0.85}}, "test")
+    chooser = Chooser(costs, [Arm("ar"), Arm("sd", 4)], adapt=False)
+    chooser.observe([("draft", "full", 900, 1000)])  # sd/4 emits 4.1 tokens in 1.2 s; catching up 100 costs 5 s
+    rng = random.Random(0)
+    assert {chooser.choose(rng, {"draft": 100}, remaining=256).label for _ in range(20)} == {"sd/4"}
+    assert {chooser.choose(rng, {"draft": 100}, remaining=4).label for _ in range(20)} == {"ar"}  # 4 tokens left
+    assert {chooser.choose(rng, {"draft": 100}).label for _ in range(20)} == {"ar"}  # tokens left unknown: whole
+    slim = Chooser(costs, [Arm("ar"), Arm("self", 4)], adapt=False)
+    slim.observe([("slim", "full", 900, 1000)])
+    assert {slim.choose(rng, {"slim": 100}, remaining=256).label for _ in range(20)} == {"ar"}
+    assert {slim.choose(rng, {"slim": 0}, remaining=256).label for _ in range(20)} == {"self/4"}

@@ -3,7 +3,11 @@
 Before each block the :class:`Chooser` draws each model-drafted tier pair's per-token acceptance from its Beta
 posterior (Thompson sampling, as in bandit approaches to speculation such as BanditSpec), prices every arm with
 the cost model (:func:`dimr.decoding.costs.block`, plus the catch-up forward of a tier that sat out recent
-blocks) and runs one block of the fastest. Every block is one block of a lossless mode run from the current
+blocks) and runs one block of the fastest. The draft's catch-up is paid once for all of its later blocks, so a
+block bears the share of it that its tokens are of the tokens left: at a prompt's start the draft lags by the
+whole prompt, and charged whole to one block that priced sd below ar on mini's long code prompts, each ar block
+lengthening the lag (``ar`` ran 9 of 24 choices on one prompt). The slim's is charged whole: spread too, it made
+hier run where it lost to sd. Every block is one block of a lossless mode run from the current
 sequence, so the output law is the full verifier's whatever the choices; greedy output equals ``ar``'s. The
 n-gram proposer is observed for free: after every block its would-be proposal is compared with the tokens
 emitted (each match is an unbiased draw of its acceptance q(x)), and its arms only compete in blocks where the
