@@ -311,9 +311,9 @@ def test_bench_auto_warm_starts_every_pass_from_the_warmed_chooser(tiny_pair, mo
     real_warm, real_run = bench.warm_chooser, Decoder.run
 
     def warm_chooser(*args):
-        chooser = real_warm(*args)
-        warmed.append(copy.deepcopy(chooser[0.0].counts))
-        return chooser
+        choosers = real_warm(*args)  # per temperature; these decodes are greedy
+        warmed.append(copy.deepcopy(choosers[0.0].counts))
+        return choosers
 
     def run(self, ids, mode, config, *args):
         if mode == "auto" and config.max_new_tokens == 10:  # the measured decodes, not the warm-up's 8 tokens

@@ -80,6 +80,8 @@ GAMMAS = (1, 2, 3, 4, 6, 8)
 HIER = ((1, 4), (2, 4), (2, 8), (4, 8), (4, 12), (4, 16))  # (γ, Γ)
 PAIRS = (("draft", "full"), ("slim", "full"), ("lookup", "full"), ("draft", "slim"))
 CATCH_UP = {"sd": ("draft",), "self": ("slim",), "hier": ("draft", "slim")}  # tiers an arm brings up to date
+# tiers whose catch-up a block bears only its share of (its tokens / tokens left): the slim's is charged whole
+SPREAD = ("draft",)
 DRAFTS = {"sd": ("draft", "full"), "self": ("slim", "full"), "lookup": ("lookup", "full")}  # two-tier arms' pair
 PRIOR = (1.0, 2.0)  # Beta(accepted + 1, rejected + 2): a mildly pessimistic start (mean 1/3)
 # tested tokens a calibrated acceptance m is worth: Beta(accepted + 1 + m·k, rejected + 1 + (1 - m)·k)
@@ -240,8 +242,8 @@ class Chooser:
             seconds += self.overhead.get(arm.mode, 0.0) * verified(arm, gamma(arm))
             for tier in CATCH_UP.get(arm.mode, ()):
                 catch_up = self.price(tier, lag[tier] + 1) - self.price(tier, 1)
-                # the draft's catch-up is paid once for every later block of its arm: each block bears its share
-                share = min(1.0, tokens / remaining) if tier == "draft" and remaining > 0 else 1.0
+                # paid once for every later block of the arm: each block bears its share
+                share = min(1.0, tokens / remaining) if tier in SPREAD and remaining > 0 else 1.0
                 seconds += catch_up * share
             return tokens / seconds
 
