@@ -1,0 +1,133 @@
+"""Where ``auto``'s time goes: a cold chooser per pass, every block timed and filed under its arm's mode and the
+mode of the block before it (a switch makes the incoming tier catch up), beside the fixed modes' tokens/s, and the
+time ``auto`` spends outside its blocks (the choice, the n-gram look-up, the bookkeeping).
+
+    python benchmarks/auto_anatomy.py --pair mini --slim benchmarks/results/mini_slim.json --workload code \
+        --temperature 0 --passes 3 --fixed sd@2,lookup@4
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+from transformers.utils import logging
+
+from dimr.decoding import DecodeConfig, Decoder
+from dimr.decoding.auto import auto
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_tiers import workload  # noqa: E402
+
+
+class Clocked(list):
+    """A trace that stamps each block's end: ``auto`` appends one entry per block."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ends: list[float] = []
+        self.choices: list[tuple[float, float]] = []  # (start, end) of each choice
+
+    def append(self, entry) -> None:
+        self.ends.append(time.perf_counter())
+        super().append(entry)
+
+
+def timed_choices(chooser, clock: Clocked) -> None:
+    """Stamp the start and end of every choice of ``chooser`` (an instance attribute: the class is untouched)."""
+    choose = type(chooser).choose
+
+    def stamped(*args, **kwargs):
+        began = time.perf_counter()
+        arm = choose(chooser, *args, **kwargs)
+        clock.choices.append((began, time.perf_counter()))
+        return arm
+
+    chooser.choose = stamped
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pair", default="mini")
+    ap.add_argument("--slim")
+    ap.add_argument("--workload", default="code")
+    ap.add_argument("--prompts", type=int, default=4)
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--temperature", type=float, default=0.0)
+    ap.add_argument("--passes", type=int, default=3)
+    ap.add_argument("--fixed", default="sd@2,lookup@4", help="fixed modes decoded beside auto, prompt by prompt")
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    logging.disable_progress_bar()
+    dec = Decoder.load(args.pair, slim=args.slim, device="cpu")
+    fixed = ["ar"] + [m for m in args.fixed.split(",") if m and m != "ar"]
+    dec.measure_costs(steps=[m.partition("@")[0] for m in fixed] + ["auto"], temperature=args.temperature)
+    config = DecodeConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=1.0)
+    prompts = [dec.encode(p) for p in workload(args.pair, args.workload, args.prompts)]
+    for mode in fixed:  # first-call allocations are not part of the measurement
+        name, _, gamma = mode.partition("@")
+        dec.run(prompts[0], name, DecodeConfig(max_new_tokens=8, temperature=args.temperature,
+                                               gamma=int(gamma or 4)))
+    totals = defaultdict(lambda: [0, 0.0])  # mode → tokens, seconds
+    blocks = defaultdict(lambda: [0, 0, 0.0])  # (mode, mode before) → blocks, tokens, seconds
+    outside = [0.0, 0]  # seconds outside blocks, choices
+    choose_seconds = 0.0
+    for _ in range(args.passes):
+        dec.choosers = {}
+        chooser = dec.auto_chooser(args.temperature)
+        for ids in prompts:
+            for mode in fixed:
+                name, _, gamma = mode.partition("@")
+                began = time.perf_counter()
+                stats = dec.run(ids, name, DecodeConfig(max_new_tokens=args.max_new_tokens,
+                                                        temperature=args.temperature, gamma=int(gamma or 4))).stats
+                totals[mode][0] += stats.tokens
+                totals[mode][1] += time.perf_counter() - began
+            clock = Clocked()
+            timed_choices(chooser, clock)
+            began = time.perf_counter()
+            result = auto(chooser, dec.full, dec.draft, dec.slim, ids, config, dec.vocab_size, trace=clock)
+            wall = time.perf_counter() - began
+            del chooser.choose
+            totals["auto"][0] += result.stats.tokens
+            totals["auto"][1] += wall
+            # a block starts where the last block (or the choice that precedes it) ended
+            marks = sorted([(end, "choice") for _, end in clock.choices] + [(end, "block") for end in clock.ends])
+            starts = {}
+            last = began
+            for stamp, kind in marks:
+                if kind == "block":
+                    starts[stamp] = last
+                last = stamp
+            before = "start"
+            in_blocks = 0.0
+            for (arm, _, _, emitted), end in zip(clock, clock.ends, strict=True):
+                seconds = end - starts[end]
+                row = blocks[(arm.mode, before)]
+                row[0], row[1], row[2] = row[0] + 1, row[1] + len(emitted), row[2] + seconds
+                in_blocks += seconds
+                before = arm.mode
+            outside[0] += wall - in_blocks
+            outside[1] += len(clock.choices)
+            choose_seconds += sum(end - start for start, end in clock.choices)
+    ar = totals["ar"][0] / totals["ar"][1]
+    print(f"\n{args.pair} {args.workload} T={args.temperature}, {args.passes} cold passes of {len(prompts)} prompts:")
+    for mode, (tokens, seconds) in totals.items():
+        print(f"  {mode:10s} {tokens / seconds:7.1f} tok/s  {tokens / seconds / ar:.2f}x ar")
+    print("  auto's blocks, by mode and the mode of the block before (start: the prompt's first block):")
+    for (mode, before), (n, tokens, seconds) in sorted(blocks.items()):
+        print(f"    {mode:6s} after {before:6s} {n:5d} blocks  {tokens / n:5.2f} tok/block  "
+              f"{seconds / n * 1e3:6.2f} ms/block  {tokens / seconds:7.1f} tok/s")
+    wall = totals["auto"][1]
+    print(f"  outside blocks: {outside[0] * 1e3:.0f} ms of {wall * 1e3:.0f} ms ({outside[0] / wall:.1%}), "
+          f"{outside[0] / max(outside[1], 1) * 1e6:.0f} us per choice over {outside[1]} choices; "
+          f"the choices themselves {choose_seconds * 1e3:.0f} ms ({choose_seconds / wall:.1%})")
+
+
+if __name__ == "__main__":
+    main()
