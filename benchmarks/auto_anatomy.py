@@ -12,6 +12,7 @@ import argparse
 import sys
 import time
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -77,7 +78,7 @@ def main() -> None:
     blocks = defaultdict(lambda: [0, 0, 0.0])  # (mode, mode before) → blocks, tokens, seconds
     outside = [0.0, 0]  # seconds outside blocks, choices
     choose_seconds = 0.0
-    for _ in range(args.passes):
+    for p in range(args.passes):  # when sampling, pass p draws with seed p (every mode alike)
         dec.choosers = {}
         chooser = dec.auto_chooser(args.temperature)
         for ids in prompts:
@@ -85,13 +86,15 @@ def main() -> None:
                 name, _, gamma = mode.partition("@")
                 began = time.perf_counter()
                 stats = dec.run(ids, name, DecodeConfig(max_new_tokens=args.max_new_tokens,
-                                                        temperature=args.temperature, gamma=int(gamma or 4))).stats
+                                                        temperature=args.temperature, gamma=int(gamma or 4),
+                                                        seed=p)).stats
                 totals[mode][0] += stats.tokens
                 totals[mode][1] += time.perf_counter() - began
             clock = Clocked()
             timed_choices(chooser, clock)
             began = time.perf_counter()
-            result = auto(chooser, dec.full, dec.draft, dec.slim, ids, config, dec.vocab_size, trace=clock)
+            result = auto(chooser, dec.full, dec.draft, dec.slim, ids, replace(config, seed=p), dec.vocab_size,
+                          trace=clock)
             wall = time.perf_counter() - began
             del chooser.choose
             totals["auto"][0] += result.stats.tokens

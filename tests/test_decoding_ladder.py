@@ -335,3 +335,29 @@ def test_bench_auto_warm_starts_every_pass_from_the_warmed_chooser(tiny_pair, mo
     assert rows["auto"].arms and rows[bench.WARM].arms and not rows["sd@2"].arms  # what each auto row chose
     with pytest.raises(DimrError, match="held-out prompts"):
         bench.run_bench(dec, [PROMPT], [bench.WARM], DecodeConfig(max_new_tokens=10), hf=False, warmup=False)
+
+
+def test_bench_draws_each_sampled_pass_with_its_own_seed(tiny_pair, monkeypatch):
+    """Sampling, pass p decodes every row with seed + p (one sample path per pass, not one replayed by every
+    pass, whose luck would be part of a row's speed); greedy, every pass keeps the seed."""
+    from dimr.decoding import bench
+
+    dec = Decoder.load("tiny-random", device="cpu")
+    seen, real_run = [], Decoder.run
+
+    def run(self, ids, mode, config, *args):
+        if config.max_new_tokens == 10:  # the measured decodes, not the warm-up's 8 tokens
+            result = real_run(self, ids, mode, config, *args)
+            seen.append((mode, config.seed, result.tokens))
+            return result
+        return real_run(self, ids, mode, config, *args)
+
+    monkeypatch.setattr(Decoder, "run", run)
+    for temperature, seeds in ((0.7, [5, 5, 6, 6, 7, 7]), (0.0, [5] * 6)):
+        seen.clear()
+        bench.run_bench(dec, [PROMPT], ["sd@2"], DecodeConfig(max_new_tokens=10, temperature=temperature, seed=5),
+                        hf=False, passes=3)
+        assert [m for m, _, _ in seen] == ["ar", "sd"] * 3 and [s for _, s, _ in seen] == seeds
+    sampled = [real_run(dec, dec.encode(PROMPT), "ar", bench.pass_config(
+        DecodeConfig(max_new_tokens=10, temperature=0.7, seed=5), p)).tokens for p in range(3)]
+    assert len({tuple(t) for t in sampled}) == 3  # each pass's seed draws another path
