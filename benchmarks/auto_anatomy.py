@@ -62,6 +62,7 @@ def main() -> None:
     ap.add_argument("--passes", type=int, default=3)
     ap.add_argument("--fixed", default="sd@2,lookup@4", help="fixed modes decoded beside auto, prompt by prompt")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--arms", action="store_true", help="file blocks by arm (sd/4, hier/4/12) instead of by mode")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     logging.disable_progress_bar()
@@ -111,10 +112,10 @@ def main() -> None:
             in_blocks = 0.0
             for (arm, _, _, emitted), end in zip(clock, clock.ends, strict=True):
                 seconds = end - starts[end]
-                row = blocks[(arm.mode, before)]
+                row = blocks[(arm.label if args.arms else arm.mode, before)]
                 row[0], row[1], row[2] = row[0] + 1, row[1] + len(emitted), row[2] + seconds
                 in_blocks += seconds
-                before = arm.mode
+                before = arm.label if args.arms else arm.mode
             outside[0] += wall - in_blocks
             outside[1] += len(clock.choices)
             choose_seconds += sum(end - start for start, end in clock.choices)
@@ -124,7 +125,7 @@ def main() -> None:
         print(f"  {mode:10s} {tokens / seconds:7.1f} tok/s  {tokens / seconds / ar:.2f}x ar")
     print("  auto's blocks, by mode and the mode of the block before (start: the prompt's first block):")
     for (mode, before), (n, tokens, seconds) in sorted(blocks.items()):
-        print(f"    {mode:6s} after {before:6s} {n:5d} blocks  {tokens / n:5.2f} tok/block  "
+        print(f"    {mode:9s} after {before:9s} {n:5d} blocks  {tokens / n:5.2f} tok/block  "
               f"{seconds / n * 1e3:6.2f} ms/block  {tokens / seconds:7.1f} tok/s")
     wall = totals["auto"][1]
     print(f"  outside blocks: {outside[0] * 1e3:.0f} ms of {wall * 1e3:.0f} ms ({outside[0] / wall:.1%}), "
