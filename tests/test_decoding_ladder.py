@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 from dataclasses import replace
 
@@ -208,22 +209,27 @@ def test_auto_takes_each_slims_calibrated_acceptance_as_its_prior(tmp_path):
     light = slim_file("tiny-random", (1, 1, 0, 1, 1, 0, 1, 1), tmp_path / "light.json", metrics)
     heavy = slim_file("tiny-random", (1, 0, 0, 1, 0, 0, 0, 1), tmp_path / "heavy.json",
                       {"cost": 0.5, "top1_agreement": 0.5, "expected_acceptance": float("nan")})
+    def slims(chooser) -> dict:  # the pairs a slim config calibrated (the draft model's are measured at load)
+        return {pair: m for pair, m in chooser.calibrated.items() if pair != ("draft", "slim")}
+
     dec = Decoder.load("tiny-random", slim=light, device="cpu")
+    dec.calibrated.update({("draft", "full"): {"top1_agreement": math.nan, "expected_acceptance": math.nan},
+                           ("draft", "slim"): {"top1_agreement": math.nan, "expected_acceptance": math.nan}})
     dec.costs = Costs({t: {1: 1.0, 17: 1.0} for t in ("draft", "slim", "full")}, "test")
     assert dec.auto_chooser(0.0).calibrated == {("slim", "full"): 0.9}
     assert dec.auto_chooser(0.7).calibrated == {("slim", "full"): 0.8}  # one chooser per temperature
     assert dec.auto_chooser(0).calibrated == {("slim", "full"): 0.9} and len(dec.choosers) == 2
     ladder = Decoder.load("tiny-random", slim=light, draft_slim=heavy, device="cpu")
     ladder.costs = dec.costs
-    assert ladder.auto_chooser(0.0).calibrated == {("slim", "full"): 0.9, ("draft", "full"): 0.5}
-    assert ladder.auto_chooser(0.7).calibrated == {("slim", "full"): 0.8}  # not measured: the plain prior
+    assert slims(ladder.auto_chooser(0.0)) == {("slim", "full"): 0.9, ("draft", "full"): 0.5}
+    assert slims(ladder.auto_chooser(0.7)) == {("slim", "full"): 0.8}  # not measured: the plain prior
     built = dec.ladder(heavy)
     built.costs = dec.costs
-    assert built.auto_chooser(0.0).calibrated == {("slim", "full"): 0.9, ("draft", "full"): 0.5}
+    assert slims(built.auto_chooser(0.0)) == {("slim", "full"): 0.9, ("draft", "full"): 0.5}
     plain = Decoder.load("tiny-random", slim=slim_file("tiny-random", (1, 1, 0, 1, 1, 0, 1, 1), tmp_path / "p.json"),
-                         device="cpu")  # a config without calibration metrics: every pair starts from the prior
+                         device="cpu")  # a config without calibration metrics: the slim starts from the prior
     plain.costs = dec.costs
-    assert plain.auto_chooser(0.0).calibrated == {}
+    assert ("slim", "full") not in plain.auto_chooser(0.0).calibrated
     config = DecodeConfig(max_new_tokens=12)  # and auto stays lossless with the calibrated prior
     assert dec.run(dec.encode(PROMPT), "auto", config).tokens == dec.run(dec.encode(PROMPT), "ar", config).tokens
 
@@ -361,3 +367,31 @@ def test_bench_draws_each_sampled_pass_with_its_own_seed(tiny_pair, monkeypatch)
     sampled = [real_run(dec, dec.encode(PROMPT), "ar", bench.pass_config(
         DecodeConfig(max_new_tokens=10, temperature=0.7, seed=5), p)).tokens for p in range(3)]
     assert len({tuple(t) for t in sampled}) == 3  # each pass's seed draws another path
+
+
+def test_auto_priors_for_the_draft_are_its_agreement_on_the_verifiers_own_continuations(tmp_path):
+    """The draft model's pairs (against the full verifier and the slim), which no slim config calibrates, get
+    auto's prior from the verifier's greedy continuations of calibration prompts: by hand with numpy, top-1
+    agreement and 1 − TV at every continued position. A decoder built from models knows no calibration text."""
+    import torch
+
+    from dimr.calibration import load_calibration
+
+    light = slim_file("tiny-random", (1, 1, 0, 1, 1, 0, 1, 1), tmp_path / "light.json",
+                      {"cost": 0.1, "top1_agreement": 0.9, "expected_acceptance": 0.8})
+    dec = Decoder.load("tiny-random", slim=light, device="cpu")
+    got = dec.calibrate_pairs(num_sequences=2, prompt_len=8, new_tokens=12)
+    assert got[("slim", "full")]["top1_agreement"] == 0.9  # the slim config's own, untouched
+    sums = {pair: np.zeros(2) for pair in (("draft", "full"), ("draft", "slim"))}
+    for prompt in load_calibration(dec.calibration, dec.tokenizer, 2, 8).input_ids:
+        ids = torch.cat([prompt, torch.tensor(dec.run(prompt, "ar", DecodeConfig(max_new_tokens=12)).tokens)])
+        probs = {t.name: torch.softmax(t.model(input_ids=ids[None]).logits[0, 7:-1].double(), -1).detach().numpy()
+                 for t in (dec.full, dec.draft, dec.slim)}
+        for (proposer, target), acc in sums.items():
+            p, q = probs[target], probs[proposer]
+            acc += [np.mean(p.argmax(-1) == q.argmax(-1)) / 2, np.mean(1 - 0.5 * np.abs(p - q).sum(-1)) / 2]
+    for pair, (top1, accept) in sums.items():
+        assert got[pair]["top1_agreement"] == pytest.approx(top1) and got[pair]["expected_acceptance"] == pytest.approx(
+            accept, abs=1e-5)
+    built = Decoder.from_models(dec.full.model, dec.draft.model, dec.slim.model, dec.tokenizer)
+    assert built.calibrate_pairs() == {}

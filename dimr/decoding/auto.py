@@ -39,10 +39,12 @@ time (the choice, the n-gram look-up) off the per-token cost once the choice has
 then observed once per choice.
 
 A pair whose acceptance was measured offline starts from it: a slim config carries its slim's top-1 agreement and
-expected acceptance with the full verifier on calibration text (:attr:`Chooser.calibrated`), which is then that
-pair's prior, worth :data:`CALIBRATED` tested tokens (the workload's text may differ from the calibration's, so
-its own blocks soon outweigh it). Each other model-drafted pair (sd's draft, self's slim without calibration,
-against the full verifier) is first tested on
+expected acceptance with the full verifier on calibration text (:attr:`Chooser.calibrated`), and a decoder loaded
+from a pair measures its draft model's against the full verifier and the slim on the verifier's own continuations
+of calibration prompts (:meth:`dimr.decoding.Decoder.calibrate_pairs`); that is then the pair's prior, worth
+:data:`CALIBRATED` tested tokens (the workload's text may differ from the calibration's, so its own blocks soon
+outweigh it). Each other model-drafted pair (a decoder built from models, a slim config without calibration)
+is first tested on
 :data:`MIN_TESTED` tokens at γ = 1, one block at a time, whatever the draws say, if its mode could win at all
 (drafts always accepted, it beats every arm at the posterior means): unlike the n-gram proposer's, its
 acceptance is only seen when its arm runs, and a pair rejected on its first three tokens (mini's draft on greedy
