@@ -395,3 +395,5 @@ def test_auto_priors_for_the_draft_are_its_agreement_on_the_verifiers_own_contin
             accept, abs=1e-5)
     built = Decoder.from_models(dec.full.model, dec.draft.model, dec.slim.model, dec.tokenizer)
     assert built.calibrate_pairs() == {}
+    built.calibration = str(tmp_path / "missing.txt")  # unreadable: the pairs are left to their tests
+    assert built.calibrate_pairs() == {}

@@ -204,7 +204,8 @@ class Decoder:
         verifier's own greedy continuations of ``num_sequences`` calibration prompts, the text a decode drafts
         for (on the calibration text itself mini's draft agrees with the verifier on 0.38 of tokens, on
         its continuations of HumanEval prompts 0.74). A pair with a prior needs no test blocks before the draws
-        decide. Once per decoder; nothing without a known calibration text (:meth:`from_models`)."""
+        decide. Once per decoder; nothing without a calibration text at hand (a decoder built by
+        :meth:`from_models`, a hub dataset offline): those pairs are tested by their first blocks instead."""
         from dimr.calibration import load_calibration
         from dimr.cost import evaluate_logits
 
@@ -212,20 +213,26 @@ class Decoder:
         pairs = [pair for pair in pairs if pair not in self.calibrated]
         if self.calibration is None or not pairs:
             return self.calibrated
-        prompts = load_calibration(self.calibration, self.tokenizer, num_sequences, prompt_len).input_ids
+        try:
+            prompts = load_calibration(self.calibration, self.tokenizer, num_sequences, prompt_len).input_ids
+        except DimrError:
+            return self.calibrated
         tiers = {t.name: t for t in (self.full, self.draft, self.slim) if t is not None}
-        sums: dict[tuple[str, str], dict[str, float]] = {pair: {} for pair in pairs}
+        rows: dict[tuple[str, str], list[dict[str, float]]] = {pair: [] for pair in pairs}
         for prompt in prompts.to(self.device):
-            ids = torch.cat([prompt, torch.tensor(self.run(prompt, "ar", DecodeConfig(max_new_tokens=new_tokens))
-                                                  .tokens, device=self.device, dtype=prompt.dtype)])[None]
+            new = self.run(prompt, "ar", DecodeConfig(max_new_tokens=new_tokens)).tokens
+            if not new:  # the verifier ended at once
+                continue
+            ids = torch.cat([prompt, torch.tensor(new, device=self.device, dtype=prompt.dtype)])[None]
             logits = {name: tiers[name].model(input_ids=ids, use_cache=False).logits[0, prompt.numel() - 1:-1]
                       for name in {name for pair in pairs for name in pair}}
             vocab = min(v.shape[-1] for v in logits.values())  # a draft's embedding may be padded further
             for pair in pairs:
-                metrics = evaluate_logits(logits[pair[1]][:, :vocab], logits[pair[0]][:, :vocab])
-                for key in ("top1_agreement", "expected_acceptance"):
-                    sums[pair][key] = sums[pair].get(key, 0.0) + metrics[key] / len(prompts)
-        self.calibrated.update(sums)
+                rows[pair].append(evaluate_logits(logits[pair[1]][:, :vocab], logits[pair[0]][:, :vocab]))
+        for pair, measured in rows.items():
+            if measured:
+                self.calibrated[pair] = {key: sum(m[key] for m in measured) / len(measured)
+                                         for key in ("top1_agreement", "expected_acceptance")}
         return self.calibrated
 
     @property
