@@ -20,6 +20,7 @@ from transformers.utils import logging
 
 from dimr.decoding import DecodeConfig, Decoder
 from dimr.decoding.auto import auto
+from dimr.decoding.bench import parse_spec
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_tiers import workload  # noqa: E402
@@ -69,12 +70,10 @@ def main() -> None:
     dec = Decoder.load(args.pair, slim=args.slim, device="cpu")
     fixed = ["ar"] + [m for m in args.fixed.split(",") if m and m != "ar"]
     dec.measure_costs(steps=[m.partition("@")[0] for m in fixed] + ["auto"], temperature=args.temperature)
-    config = DecodeConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=1.0)
+    config = DecodeConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature)
     prompts = [dec.encode(p) for p in workload(args.pair, args.workload, args.prompts)]
     for mode in fixed:  # first-call allocations are not part of the measurement
-        name, _, gamma = mode.partition("@")
-        dec.run(prompts[0], name, DecodeConfig(max_new_tokens=8, temperature=args.temperature,
-                                               gamma=int(gamma or 4)))
+        dec.run(prompts[0], *parse_spec(mode, replace(config, max_new_tokens=8)))
     totals = defaultdict(lambda: [0, 0.0])  # mode → tokens, seconds
     blocks = defaultdict(lambda: [0, 0, 0.0])  # (mode, mode before) → blocks, tokens, seconds
     outside = [0.0, 0]  # seconds outside blocks, choices
@@ -84,11 +83,8 @@ def main() -> None:
         chooser = dec.auto_chooser(args.temperature)
         for ids in prompts:
             for mode in fixed:
-                name, _, gamma = mode.partition("@")
                 began = time.perf_counter()
-                stats = dec.run(ids, name, DecodeConfig(max_new_tokens=args.max_new_tokens,
-                                                        temperature=args.temperature, gamma=int(gamma or 4),
-                                                        seed=p)).stats
+                stats = dec.run(ids, *parse_spec(mode, replace(config, seed=p))).stats
                 totals[mode][0] += stats.tokens
                 totals[mode][1] += time.perf_counter() - began
             clock = Clocked()

@@ -205,7 +205,8 @@ class Decoder:
         for (on the calibration text itself mini's draft agrees with the verifier on 0.38 of tokens, on
         its continuations of HumanEval prompts 0.74). A pair with a prior needs no test blocks before the draws
         decide. Once per decoder; nothing without a calibration text at hand (a decoder built by
-        :meth:`from_models`, a hub dataset offline): those pairs are tested by their first blocks instead."""
+        :meth:`from_models`, a hub dataset offline): those pairs are tested by their first blocks instead (a
+        failed measurement is kept as NaN, the mark of a metric not measured, so it is not tried again)."""
         from dimr.calibration import load_calibration
         from dimr.cost import evaluate_logits
 
@@ -213,9 +214,11 @@ class Decoder:
         pairs = [pair for pair in pairs if pair not in self.calibrated]
         if self.calibration is None or not pairs:
             return self.calibrated
+        unmeasured = {"top1_agreement": math.nan, "expected_acceptance": math.nan}
         try:
             prompts = load_calibration(self.calibration, self.tokenizer, num_sequences, prompt_len).input_ids
         except DimrError:
+            self.calibrated.update(dict.fromkeys(pairs, unmeasured))
             return self.calibrated
         tiers = {t.name: t for t in (self.full, self.draft, self.slim) if t is not None}
         rows: dict[tuple[str, str], list[dict[str, float]]] = {pair: [] for pair in pairs}
@@ -230,9 +233,8 @@ class Decoder:
             for pair in pairs:
                 rows[pair].append(evaluate_logits(logits[pair[1]][:, :vocab], logits[pair[0]][:, :vocab]))
         for pair, measured in rows.items():
-            if measured:
-                self.calibrated[pair] = {key: sum(m[key] for m in measured) / len(measured)
-                                         for key in ("top1_agreement", "expected_acceptance")}
+            self.calibrated[pair] = {key: sum(m[key] for m in measured) / len(measured) if measured else math.nan
+                                     for key in unmeasured}
         return self.calibrated
 
     @property
