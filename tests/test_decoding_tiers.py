@@ -338,8 +338,9 @@ def test_auto_tests_each_model_draft_before_the_draws_decide():
 
 def test_auto_starts_a_calibrated_slim_from_its_calibration():
     """A slim config carries the slim's acceptance measured on calibration text (mini's: 0.96 top-1 agreement);
-    that is its pair's prior, worth CALIBRATED tested tokens, in place of a probe. On mini the probe had run
-    self/1 on 8 tokens of every cold prompt set although self lost to sd there (about 4% of a pass)."""
+    that is its pair's prior, worth CALIBRATED tested tokens. A pair whose calibration already makes its mode win
+    runs without a test; one whose calibration makes it lose is still tested on MIN_TESTED tokens if it could win
+    (calibration text is not the workload's), and the draws then weigh that test with the calibration."""
     import random
 
     from dimr.decoding.auto import CALIBRATED, GAMMAS
@@ -351,12 +352,49 @@ def test_auto_starts_a_calibrated_slim_from_its_calibration():
     assert cold.choose(rng, {"slim": 0}).label == "self/1" and cold.probing
     poor = Chooser(costs, own, calibrated={("slim", "full"): 0.1})
     assert poor.prior(("slim", "full")) == pytest.approx((1 + 0.1 * CALIBRATED, 1 + 0.9 * CALIBRATED))
+    assert poor.choose(rng, {"slim": 0}).label == "self/1" and poor.probing  # loses at 0.1, wins if accepted
+    poor.observe([("slim", "full", 1, MIN_TESTED)])  # the test agrees with the calibration: it is kept
+    assert not poor.overruled
     picked = [poor.choose(rng, {"slim": 0}).mode for _ in range(200)]
-    assert picked.count("self") <= 2 and not poor.probing  # Beta(2.6, 15.4) draws above 0.5: 5 in 10,000
+    assert picked.count("self") <= 2 and not poor.probing  # Beta(3.6, 22.4) draws above 0.5: 3 in 10,000
     good = Chooser(costs, own, calibrated={("slim", "full"): 0.95})
     picked = [good.choose(rng, {"slim": 0}) for _ in range(200)]
-    assert not good.probing and sum(a.mode == "self" for a in picked) > 190
+    assert not good.probing and sum(a.mode == "self" for a in picked) > 190  # it wins at its means: no test
     assert {a.gamma for a in picked if a.mode == "self"} == {1}  # its γ still grows with its own evidence only
+
+
+def test_auto_drops_a_calibration_its_pair_contradicts():
+    """smollm2's draft agrees with its verifier on 0.34 of the calibration continuations and about 0.75 of code,
+    where sd is the fastest mode: from the calibrated prior sd was never run, so never seen. The test of MIN_TESTED
+    tokens runs (sd loses at the means but could win), and an accepted count in a tail of the prior's predictive
+    law rarer than CONFLICT drops the calibration: the pair goes on from PRIOR and its own evidence, and sd runs."""
+    import random
+
+    from scipy.stats import betabinom
+
+    from dimr.decoding.auto import CONFLICT, PRIOR, predictive_tail
+
+    for k, n, a, b in ((6, 8, 6.5, 11.5), (0, 8, 14.0, 4.0), (3, 8, 6.5, 11.5), (40, 64, 2.0, 3.0)):
+        tail = min(betabinom.cdf(k, n, a, b), betabinom.sf(k - 1, n, a, b))
+        assert predictive_tail(k, n, a, b) == pytest.approx(tail, rel=1e-9)
+    # sd beats ar above about 0.6 acceptance (as smollm2's sd@4 above 0.75)
+    costs = Costs({"full": {1: 1.0, 2: 1.4, 3: 1.6, 5: 2.0, 7: 2.4, 9: 2.8}, "draft": {1: 0.2}}, "test")
+    own = [Arm("ar")] + [Arm("sd", g) for g in (1, 2, 4, 6, 8)]
+    rng = random.Random(0)
+    chooser = Chooser(costs, own, calibrated={("draft", "full"): 0.34})
+    assert chooser.choose(rng, {"draft": 0}).label == "sd/1" and chooser.probing
+    chooser.observe([("draft", "full", 5, MIN_TESTED - 1)])  # not yet MIN_TESTED: not checked, still tested
+    assert not chooser.overruled and chooser.choose(rng, {"draft": 0}).label == "sd/1"
+    chooser.observe([("draft", "full", 1, 1)])  # 6 of 8: P(K ≥ 6) = 0.058 under Beta(6.4, 11.6)
+    assert predictive_tail(6, 8, *Chooser(costs, own, calibrated={("draft", "full"): 0.34}).prior(
+        ("draft", "full"))) < CONFLICT
+    assert chooser.overruled == {("draft", "full")} and chooser.prior(("draft", "full")) == PRIOR
+    picked = [chooser.choose(rng, {"draft": 0}).mode for _ in range(200)]
+    assert not chooser.probing and picked.count("sd") > 100  # Beta(7, 4) draws: sd mostly wins
+    kept = Chooser(costs, own, calibrated={("draft", "full"): 0.34})
+    kept.choose(rng, {"draft": 0})
+    kept.observe([("draft", "full", 3, MIN_TESTED)])  # as calibrated: kept, and sd rarely runs
+    assert not kept.overruled and [kept.choose(rng, {"draft": 0}).mode for _ in range(200)].count("sd") < 40
 
 
 def test_auto_calibrated_smollm2_slim_never_runs_on_its_measured_costs():

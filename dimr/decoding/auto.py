@@ -42,17 +42,20 @@ A pair whose acceptance was measured offline starts from it: a slim config carri
 expected acceptance with the full verifier on calibration text (:attr:`Chooser.calibrated`), and a decoder loaded
 from a pair measures its draft model's against the full verifier and the slim on the verifier's own continuations
 of calibration prompts (:meth:`dimr.decoding.Decoder.calibrate_pairs`); that is then the pair's prior, worth
-:data:`CALIBRATED` tested tokens (the workload's text may differ from the calibration's, so its own blocks soon
-outweigh it). Each other model-drafted pair (a decoder built from models, a slim config without calibration)
-is first tested on
-:data:`MIN_TESTED` tokens at γ = 1, one block at a time, whatever the draws say, if its mode could win at all
-(drafts always accepted, it beats every arm at the posterior means): unlike the n-gram proposer's, its
-acceptance is only seen when its arm runs, and a pair rejected on its first three tokens (mini's draft on greedy
-code, whose acceptance is 0.74) drew below the n-gram and ``ar`` arms from then on and never ran again. A
-calibrated pair needs no such test: its draws start near its calibration, and on mini the test had run self/1 on
-eight tokens of every cold prompt set where ``sd`` was the faster mode (mini's slim: top-1 agreement 0.96). hier's
-inner pair (the draft against the slim) is probed the same way, with its shortest arm (γ = 1, Γ = 4): otherwise
-it is never seen, and hier never ran where it was the fastest fixed mode (mini, T = 0.7, the task).
+:data:`CALIBRATED` tested tokens. Calibration text is not the workload's: smollm2's draft agrees with its verifier
+on 0.34 of calibration continuations, yet ``sd@4`` beat ``ar`` on greedy code (which its costs allow only above
+about 0.75); the prior priced ``sd`` below ``ar`` from the first block, so it never ran and was never seen. So a
+model-drafted pair, calibrated or not, whose mode loses at the posterior means but would beat every arm by
+:data:`WORTH` were its drafts always accepted is first tested on :data:`MIN_TESTED` tokens at γ = 1, one block
+at a time. A pair whose mode wins at the means runs anyway; one that could not win even then is not worth a test
+(mini's slim, top-1 agreement 0.96, loses to ``sd`` there, and testing it had cost about 4% of each cold prompt
+set). A calibration its pair's own evidence contradicts is dropped (:attr:`Chooser.overruled`): when the accepted
+count lies in a tail of the prior's predictive law (the beta-binomial) rarer than :data:`CONFLICT`, checked at 8,
+16, 32… tested tokens, the pair goes on from :data:`PRIOR` and its own evidence. Unlike the n-gram proposer's, a
+model draft's acceptance is only seen when its arm runs: a pair rejected on its first three tokens (mini's draft
+on greedy code, whose acceptance is 0.74) drew below the n-gram and ``ar`` arms from then on and never ran again.
+hier's inner pair (the draft against the slim) is tested the same way, with its shortest arm (γ = 1, Γ = 4):
+otherwise it is never seen, and hier never ran where it was the fastest fixed mode (mini, T = 0.7, the task).
 
 The draw picks the mode; the evidence caps its bet. An arm's γ (and Γ) runs at most 1 + the tokens its tier
 pair has seen accepted, as an adaptive draft length starts short and grows on success: when the draw's best
@@ -63,6 +66,7 @@ try costs one drafted token, which tells as much as eight when the first is reje
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from collections.abc import Callable
@@ -100,6 +104,11 @@ RUN = 4  # an arm chosen again and again runs 1, 2, 4… blocks per choice, up t
 # tokens a model-drafted pair (sd's, self's) is tested on before the draws alone decide whether it runs again
 MIN_TESTED = 8
 LOOKUP = ("lookup", "full")
+# a pair is tested only if its mode could then beat every arm by this factor: a mode that only ties at best
+# (smollm2's slim, 1.00–1.06× ar were it always accepted) is not worth the test's cost
+WORTH = 1.1
+# a calibrated prior is dropped when its pair's accepted count lies in a tail of the prior's predictive law this rare
+CONFLICT = 0.1
 # tested tokens of the pooled n-gram evidence each prompt's own n-gram posterior starts from: whether a prompt's
 # text repeats is a property of that prompt, so a few of its own blocks outweigh every earlier prompt's
 SEED = 8.0
@@ -151,6 +160,9 @@ class Chooser:
     local: dict[tuple[str, str], list[float]] = field(default_factory=dict)
     # pair → its per-token acceptance measured offline (a slim config's, on calibration text): the pair's prior
     calibrated: dict[tuple[str, str], float] = field(default_factory=dict)
+    # calibrated pairs whose own evidence contradicted the calibration: they go on from PRIOR
+    overruled: set[tuple[str, str]] = field(default_factory=set)
+    _checked: dict[tuple[str, str], int] = field(default_factory=dict, repr=False)  # next tested count to check at
     _table: dict[tuple[str, int], float] = field(default_factory=dict, repr=False)
 
     def new_prompt(self) -> None:
@@ -165,7 +177,7 @@ class Chooser:
 
     def prior(self, pair: tuple[str, str]) -> tuple[float, float]:
         """The pair's Beta prior: :data:`PRIOR`, or its calibrated acceptance worth :data:`CALIBRATED` tokens."""
-        if pair not in self.calibrated:
+        if pair not in self.calibrated or pair in self.overruled:
             return PRIOR
         m = min(max(self.calibrated[pair], 0.0), 1.0)
         return 1.0 + m * CALIBRATED, 1.0 + (1.0 - m) * CALIBRATED
@@ -178,6 +190,19 @@ class Chooser:
                 if c[0] + c[1] > HORIZON:
                     fade = HORIZON / (c[0] + c[1])
                     c[0], c[1] = c[0] * fade, c[1] * fade
+            self._check((proposer, target))
+
+    def _check(self, pair: tuple[str, str]) -> None:
+        """Drop ``pair``'s calibration if its evidence, at 8, 16, 32… tested tokens, contradicts it."""
+        if pair not in self.calibrated or pair in self.overruled:
+            return
+        accepted, rejected = self.counts[pair]
+        tested = round(accepted + rejected)
+        if tested < self._checked.get(pair, MIN_TESTED):
+            return
+        self._checked[pair] = 2 * tested
+        if predictive_tail(round(accepted), tested, *self.prior(pair)) < CONFLICT:
+            self.overruled.add(pair)
 
     def tabled(self, tier: str, n: int) -> float:
         if (tier, n) not in self._table:
@@ -266,15 +291,26 @@ class Chooser:
     def _probe(self, offered: list[Arm], means: dict[tuple[str, str], float],
                speed: Callable[[Arm, dict[tuple[str, str], float]], float]) -> Arm | None:
         """The shortest arm of a model-drafted pair tested on fewer than :data:`MIN_TESTED` tokens (γ = 1; hier's
-        γ = 1, Γ = 4 for its draft against the slim), if its mode would beat every arm at the posterior means were
-        those drafts always accepted (else None: the draws decide). A calibrated pair is never probed."""
+        γ = 1, Γ = 4 for its draft against the slim), if its mode loses at the posterior means but would beat every
+        arm by :data:`WORTH` were those drafts always accepted (else None: the draws decide)."""
+        best = max(speed(a, means) for a in offered)
         for mode, pair, probe in PROBES:
-            if probe not in offered or pair in self.calibrated or sum(self.counts.get(pair, (0.0, 0.0))) >= MIN_TESTED:
+            if probe not in offered or sum(self.counts.get(pair, (0.0, 0.0))) >= MIN_TESTED:
                 continue
-            best = max(speed(a, means) for a in offered)
-            if max(speed(a, {**means, pair: 1.0}) for a in offered if a.mode == mode) > best:
+            own = [a for a in offered if a.mode == mode]
+            if max(speed(a, means) for a in own) < best < max(speed(a, {**means, pair: 1.0}) for a in own) / WORTH:
                 return probe
         return None
+
+
+def predictive_tail(accepted: int, tested: int, a: float, b: float) -> float:
+    """The smaller tail, P(K ≤ accepted) or P(K ≥ accepted), of K accepted in ``tested`` drafts under the
+    Beta(a, b)-binomial law: how rare the count is for a pair whose acceptance the Beta(a, b) prior describes."""
+    log_beta = math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)
+    pmf = [math.exp(math.lgamma(tested + 1) - math.lgamma(k + 1) - math.lgamma(tested - k + 1)
+                    + math.lgamma(k + a) + math.lgamma(tested - k + b) - math.lgamma(tested + a + b) - log_beta)
+           for k in range(tested + 1)]
+    return min(sum(pmf[: accepted + 1]), sum(pmf[accepted:]))
 
 
 def verified(arm: Arm, gamma: int) -> int:
