@@ -382,12 +382,12 @@ def test_auto_drops_a_calibration_its_pair_contradicts():
     own = [Arm("ar")] + [Arm("sd", g) for g in (1, 2, 4, 6, 8)]
     rng = random.Random(0)
     chooser = Chooser(costs, own, calibrated={("draft", "full"): 0.34})
+    calibrated = chooser.prior(("draft", "full"))
     assert chooser.choose(rng, {"draft": 0}).label == "sd/1" and chooser.probing
     chooser.observe([("draft", "full", 5, MIN_TESTED - 1)])  # not yet MIN_TESTED: not checked, still tested
     assert not chooser.overruled and chooser.choose(rng, {"draft": 0}).label == "sd/1"
     chooser.observe([("draft", "full", 1, 1)])  # 6 of 8: P(K ≥ 6) = 0.058 under Beta(6.4, 11.6)
-    assert predictive_tail(6, 8, *Chooser(costs, own, calibrated={("draft", "full"): 0.34}).prior(
-        ("draft", "full"))) < CONFLICT
+    assert predictive_tail(6, 8, *calibrated) < CONFLICT
     assert chooser.overruled == {("draft", "full")} and chooser.prior(("draft", "full")) == PRIOR
     picked = [chooser.choose(rng, {"draft": 0}).mode for _ in range(200)]
     assert not chooser.probing and picked.count("sd") > 100  # Beta(7, 4) draws: sd mostly wins

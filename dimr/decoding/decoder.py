@@ -203,9 +203,9 @@ class Decoder:
         the full verifier and against the slim): each pair's top-1 agreement and expected acceptance on the full
         verifier's own greedy continuations of ``num_sequences`` calibration prompts, the text a decode drafts
         for (on the calibration text itself mini's draft agrees with the verifier on 0.38 of tokens, on
-        its continuations of HumanEval prompts 0.74). A pair with a prior needs no test blocks before the draws
-        decide. Once per decoder; nothing without a calibration text at hand (a decoder built by
-        :meth:`from_models`, a hub dataset offline): those pairs are tested by their first blocks instead (a
+        its continuations of HumanEval prompts 0.74). A pair with a prior is tested by its first blocks only where
+        its mode could win and its prior says it loses. Once per decoder; nothing without a calibration text at
+        hand (a decoder built by :meth:`from_models`, a hub dataset offline): those pairs start from no prior (a
         failed measurement is kept as NaN, the mark of a metric not measured, so it is not tried again)."""
         from dimr.calibration import load_calibration
         from dimr.cost import evaluate_logits
