@@ -163,10 +163,12 @@ class Chooser:
     # calibrated pairs whose own evidence contradicted the calibration: they go on from PRIOR
     overruled: set[tuple[str, str]] = field(default_factory=set)
     _checked: dict[tuple[str, str], int] = field(default_factory=dict, repr=False)  # next tested count to check at
+    # ``remaining`` at or below which the decision not to test is revisited (None: at the next choice)
+    _recheck: int | None = field(default=None, repr=False)
     _table: dict[tuple[str, int], float] = field(default_factory=dict, repr=False)
 
     def new_prompt(self) -> None:
-        self.chosen, self.local = {}, {}
+        self.chosen, self.local, self._recheck = {}, {}, None
 
     def seeded(self, pair: tuple[str, str]) -> list[float]:
         """This prompt's counts of an n-gram pair: from the pooled ones scaled to :data:`SEED` tokens at first."""
@@ -264,18 +266,32 @@ class Chooser:
                 return arm.gamma <= limit[("draft", "slim")] and arm.window <= limit[("slim", "full")]
             return arm.mode not in DRAFTS or gamma(arm) <= limit[DRAFTS[arm.mode]]
 
+        memo: dict[tuple[str, int], float] = {}
+
+        def price(tier: str, n: int) -> float:  # the prices hold for this choice: each is computed once
+            if (tier, n) not in memo:
+                memo[(tier, n)] = self.price(tier, n)
+            return memo[(tier, n)]
+
+        catch_up = {tier: price(tier, lag[tier] + 1) - price(tier, 1) for tier in lag}
+
         def speed(arm: Arm, acceptance: Acceptance) -> float:
-            tokens, seconds = block(arm.mode, gamma(arm), acceptance, self.price, arm.window)
+            tokens, seconds = block(arm.mode, gamma(arm), acceptance, price, arm.window)
             seconds += self.overhead.get(arm.mode, 0.0) * verified(arm, gamma(arm))
             for tier in CATCH_UP.get(arm.mode, ()):
-                catch_up = self.price(tier, lag[tier] + 1) - self.price(tier, 1)
                 # paid once for every later block of the arm: each block bears its share
                 share = min(1.0, tokens / remaining) if tier in SPREAD and remaining > 0 else 1.0
-                seconds += catch_up * share
+                seconds += catch_up[tier] * share
             return tokens / seconds
 
         offered = [a for a in self.arms if a.mode != "lookup" or gamma(a) > 0] or self.arms[:1]
-        arm = self._probe(offered, means, lambda a, acc: speed(a, Acceptance(acc)))
+        arm = None
+        if self._recheck is None or remaining <= self._recheck:
+            arm = self._probe(offered, means, lambda a, acc: speed(a, Acceptance(acc)))
+            # whether to test turns on the posterior means, which a block barely moves: the decision not to is
+            # revisited after MIN_TESTED more tokens (pricing every arm at the means each block cost as much as
+            # the choice itself, 3% of mini's decode)
+            self._recheck = remaining - MIN_TESTED if arm is None and remaining > 0 else None
         self.probing = arm is not None
         if arm is None:
             # The draw's best arm, whatever its evidence, says which mode to try; a pair with little evidence
