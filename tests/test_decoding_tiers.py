@@ -336,6 +336,24 @@ def test_auto_tests_each_model_draft_before_the_draws_decide():
     assert {dear.choose(rng, {"slim": 0}).label for _ in range(20)} == {"ar"} and not dear.probing
 
 
+def test_auto_revisits_the_decision_not_to_test_after_min_tested_tokens():
+    """Whether to test a pair turns on the posterior means, which one block barely moves; pricing every arm at
+    them before each block cost as much as the choice itself. A decision not to test stands until MIN_TESTED
+    more tokens have been emitted (``remaining`` fell by that much), then is made again."""
+    import random
+
+    costs = Costs({"full": {1: 1.0, 17: 1.0}, "draft": {1: 0.5}}, "test")  # sd/1: 0.89 tok/s at 1/3, 1.33 at 1
+    chooser = Chooser(costs, [Arm("ar"), Arm("sd", 1), Arm("lookup", 8)])
+    chooser.observe([("lookup", "full", 190, 200)])  # n-gram drafts accepted on earlier prompts
+    chooser.new_prompt()  # this prompt's n-gram posterior starts from them: lookup/8 wins by far
+    rng = random.Random(0)
+    assert chooser.choose(rng, {"draft": 0}, 8, 0, 40).mode == "lookup" and not chooser.probing
+    chooser.observe([("lookup", "full", 0, 100)])  # this prompt stops repeating: sd could now win if tested
+    chooser.choose(rng, {"draft": 0}, 8, 0, 39)
+    assert not chooser.probing  # 1 token after the decision: it stands
+    assert chooser.choose(rng, {"draft": 0}, 8, 0, 40 - MIN_TESTED).label == "sd/1" and chooser.probing
+
+
 def test_auto_starts_a_calibrated_slim_from_its_calibration():
     """A slim config carries the slim's acceptance measured on calibration text (mini's: 0.96 top-1 agreement);
     that is its pair's prior, worth CALIBRATED tested tokens. A pair whose calibration already makes its mode win
