@@ -105,6 +105,9 @@ def decode(pair: str = PAIR, slim: Path = SLIM, draft_slim: Path = DRAFT_SLIM,
            seed: int = SEED, accept_threshold: float = ACCEPT, close_threshold: float = CLOSE,
            regen_threshold: float = REGEN, draft_stop: float = DRAFT_STOP, window: int = WINDOW,
            costs: Path = COSTS,
+           chooser_state: Path = typer.Option(None, "--chooser-state", help="auto: what its chooser learned "
+                                              "(acceptance, timings), read first if the file exists and written "
+                                              "back after the prompts, so the next run starts from it"),
            ignore_eos: bool = typer.Option(False, "--ignore-eos", help="do not stop at the EOS token"),
            verify: str = typer.Option("lossless", "--verify", help="verification rule (see `dimr relaxed-methods`)"),
            param: list[str] = typer.Option(None, "--param", help="rule parameter key=value (repeatable)"),
@@ -128,6 +131,12 @@ def decode(pair: str = PAIR, slim: Path = SLIM, draft_slim: Path = DRAFT_SLIM,
         raise DimrError(f"mode {mode.value} needs a slim verifier; pass --slim slim.json (from `dimr export`)")
     if point is not None and decoder_config is None:
         raise DimrError("--point picks a point of a decoder config; pass --config FILE too")
+    if chooser_state is not None and mode.value != "auto":
+        raise DimrError(f"--chooser-state holds auto's chooser, and mode {mode.value} has none; use --mode auto "
+                        "or drop --chooser-state")
+    if chooser_state is not None and (chooser_state.is_dir() or not chooser_state.parent.resolve().is_dir()):
+        raise DimrError(f"--chooser-state {chooser_state} is a directory or its folder does not exist; "
+                        "pass a file path in an existing folder")
     if decoder_config is not None:
         from dimr.decoding.tuning import load_decoder_config
         from dimr.slim_config import load_slim_config
@@ -143,6 +152,8 @@ def decode(pair: str = PAIR, slim: Path = SLIM, draft_slim: Path = DRAFT_SLIM,
         decoder = Decoder.load(pair, slim=slim, device=device, pairs_file=pairs_file, compiled=compiled,
                                timed=stats or as_json, draft_slim=draft_slim)
     decoder.costs = table
+    if chooser_state is not None and chooser_state.exists():
+        decoder.load_choosers(chooser_state)
     compiled = decoder.full.compiled
     from dimr.relaxed import rule_from_cli
 
@@ -163,6 +174,8 @@ def decode(pair: str = PAIR, slim: Path = SLIM, draft_slim: Path = DRAFT_SLIM,
             console.print(out, markup=False, highlight=False, soft_wrap=True)
             if stats:
                 console.print("\n".join(result.stats.lines()), markup=False, highlight=False)
+    if chooser_state is not None:
+        decoder.save_choosers(chooser_state)
     if as_json:
         print_json(results if prompts is not None else results[0])
 

@@ -76,6 +76,39 @@ def test_decode_json_matches_python_api(slim_json, capsys, tmp_path):
         assert s["accepted"] + s["regenerated"] + s["escalated"] + s["bonus"] == s["tokens"] == 12
 
 
+def test_decode_auto_goes_on_from_its_chooser_state(slim_json, capsys, tmp_path):
+    """`--chooser-state`: auto's chooser is written after the prompts and read back by the next run, which adds to
+    its counts; a file learned on another slim, a file dimr did not write, or another mode is one line, exit 2,
+    and the file is left as it was."""
+    good, _ = slim_json
+    state = tmp_path / "auto.json"
+    args = ["decode", "--pair", "tiny-random", "--mode", "auto", "--prompt", "def f(x):", "--max-new-tokens", "12",
+            "--ignore-eos", "--json", "--chooser-state", str(state)]
+    code, first, err = run_cli([*args, "--slim", str(good)], capsys)
+    assert code == 0, err
+
+    def tested() -> float:
+        (chooser,) = json.loads(state.read_text())["choosers"].values()
+        return sum(sum(counts) for counts in chooser["counts"].values())
+
+    once = tested()
+    assert once > 0
+    code, second, err = run_cli([*args, "--slim", str(good)], capsys)
+    assert code == 0, err
+    assert tested() > once and json.loads(second)["tokens"] == json.loads(first)["tokens"]  # greedy: same text
+    saved = state.read_text()
+    garbage = tmp_path / "garbage.json"
+    garbage.write_text('{"format": "dimr-auto-chooser/1", "choosers": {"0.0": {"counts": 3}}}')
+    for bad in ([*args],  # no slim: not the decoder the state was learned on
+                [*args[:-1], str(garbage), "--slim", str(good)],
+                [*args, "--slim", str(good), "--mode", "sd"]):
+        code, out, err = run_cli(bad, capsys)
+        assert code == 2 and err.startswith("error: ") and err.count("\n") == 1, (bad, err)
+        assert "Traceback" not in out + err
+    assert state.read_text() == saved and "learned on pair tiny-random, slim" in run_cli(args, capsys)[2]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["auto.json", "garbage.json"]  # no temporary file left
+
+
 def test_decode_compiled_matches_eager(capsys):
     args = ["decode", "--pair", "tiny-random", "--mode", "ar", "--prompt", "def f(x):", "--max-new-tokens", "6",
             "--ignore-eos", "--json"]

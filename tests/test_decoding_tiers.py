@@ -354,6 +354,27 @@ def test_auto_revisits_the_decision_not_to_test_after_min_tested_tokens():
     assert chooser.choose(rng, {"draft": 0}, 8, 0, 40 - MIN_TESTED).label == "sd/1" and chooser.probing
 
 
+def test_auto_chooser_state_round_trips():
+    """A chooser rebuilt from its saved state (as JSON) goes on as the one that saved it: the same counts,
+    calibrations (an overruled one too), timing ratios and overheads, and the same choices from the same draws."""
+    import json
+    import random
+
+    costs = Costs({"full": {1: 1.0, 2: 1.2, 17: 2.0}, "draft": {1: 0.2}, "slim": {1: 0.6}}, "test")
+    chooser = Chooser(costs, arms(draft=True, slim=True), calibrated={("slim", "full"): 0.9})
+    chooser.observe([("draft", "full", 5, 8), ("lookup@2", "full", 3, 4), ("slim", "full", 1, 8)])
+    chooser.observe_forwards("full", [(2, 1.5), (1, 0.9)])
+    chooser.observe_overhead("sd", 0.01, 3)
+    assert chooser.overruled == {("slim", "full")}  # 1 of 8 against a 0.9 calibration
+    back = Chooser.from_state(costs, chooser.arms, json.loads(json.dumps(chooser.state())))
+    assert (back.counts, back.calibrated, back.overruled) == (chooser.counts, chooser.calibrated, chooser.overruled)
+    assert (back.scale, back.overhead) == (chooser.scale, chooser.overhead) and ("full", 2) in back.scale
+    chooser.new_prompt()  # a restarted process starts a prompt: the per-prompt n-gram counts are not saved
+    lag, one, two = {"draft": 0, "slim": 0}, random.Random(3), random.Random(3)
+    picks = [chooser.choose(one, lag, 4, 2, 40).label for _ in range(50)]
+    assert picks == [back.choose(two, lag, 4, 2, 40).label for _ in range(50)] and len(set(picks)) > 1
+
+
 def test_auto_starts_a_calibrated_slim_from_its_calibration():
     """A slim config carries the slim's acceptance measured on calibration text (mini's: 0.96 top-1 agreement);
     that is its pair's prior, worth CALIBRATED tested tokens. A pair whose calibration already makes its mode win
@@ -551,6 +572,26 @@ def test_auto_runs_longer_stretches_when_one_arm_keeps_winning(decoder: Decoder,
     runs = [1, 2] + [RUN] * len(trace)
     expected = next(k for k in range(1, len(trace) + 1) if sum(runs[:k]) >= len(trace))
     assert chooser.chosen == {arm.label: expected} and expected < len(trace)
+
+
+def test_auto_stretch_of_ngram_blocks_ends_where_the_match_changes(decoder: Decoder):
+    """A stretch of n-gram blocks goes on only while each block starts from a match of the length its choice was
+    priced at: on mini a block past the end of a match drafted nothing and yielded one token for a full forward,
+    and lookup/4 stretches made 1.1–1.2 tokens a block where the chooser expected twice that."""
+    from dimr.decoding.proposer import lookup_match
+
+    config = DecodeConfig(max_new_tokens=NEW_TOKENS, temperature=0.8, seed=3)
+    chooser = Chooser(Costs({t: {1: 1.0} for t in ("draft", "slim", "full")}, "test"), [Arm("lookup", 2)])
+    trace: list = []
+    starts: list[int] = []  # the trace's length at each choice: where each choice's stretch begins
+    choose = chooser.choose
+    chooser.choose = lambda *a, **k: (starts.append(len(trace)), choose(*a, **k))[1]
+    prompt = torch.cat([PROMPT, PROMPT, PROMPT[:4]])  # repeats: matches of every length
+    auto(chooser, decoder.full, decoder.draft, decoder.slim, prompt, config, decoder.vocab_size, trace)
+    ngrams = [lookup_match(start, 2)[1] for _, start, _, _ in trace]
+    stretches = [ngrams[i:j] for i, j in zip(starts, [*starts[1:], len(trace)], strict=True)]
+    assert all(set(stretch) == {stretch[0]} for stretch in stretches)
+    assert any(len(stretch) > 1 for stretch in stretches)  # stretches still run where the match holds
 
 
 # --- the cost model --------------------------------------------------------------------------------------

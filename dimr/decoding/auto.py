@@ -36,7 +36,8 @@ block in proportion to its γ + 1: where a forward costs a few milliseconds (``m
 ``auto`` decode with a fixed seed may take other paths between runs; its law does not change. When one arm wins
 again and again, each choice runs a longer stretch of its blocks (up to :data:`RUN`), which keeps the chooser's own
 time (the choice, the n-gram look-up) off the per-token cost once the choice has settled; the n-gram proposer is
-then observed once per choice.
+then observed once per choice. A stretch of n-gram blocks ends where the match it was priced at does: past it a
+block drafts nothing and yields one token for a full forward.
 
 A pair whose acceptance was measured offline starts from it: a slim config carries its slim's top-1 agreement and
 expected acceptance with the full verifier on calibration text (:attr:`Chooser.calibrated`), and a decoder loaded
@@ -166,6 +167,26 @@ class Chooser:
     # ``remaining`` at or below which the decision not to test is revisited (None: at the next choice)
     _recheck: int | None = field(default=None, repr=False)
     _table: dict[tuple[str, int], float] = field(default_factory=dict, repr=False)
+
+    def state(self) -> dict:
+        """What the chooser has learned, as JSON-ready data (:meth:`from_state` reads it back): the tier pairs'
+        counts, calibrations and overruled calibrations, the measured/tabled time ratios and the step overheads.
+        The cost table and the arms are the decoder's, not part of it."""
+        return {"counts": {_key(p): c for p, c in self.counts.items()},
+                "calibrated": {_key(p): m for p, m in self.calibrated.items()},
+                "overruled": sorted(_key(p) for p in self.overruled),
+                "scale": {_key(k) if isinstance(k, tuple) else k: v for k, v in self.scale.items()},
+                "overhead": dict(self.overhead)}
+
+    @classmethod
+    def from_state(cls, costs: Costs, arms: list[Arm], state: dict) -> Chooser:
+        """A chooser that goes on from :meth:`state`'s data, pricing ``arms`` with ``costs``."""
+        out = cls(costs, arms, calibrated={_pair(k): float(m) for k, m in state["calibrated"].items()})
+        out.counts = {_pair(k): [float(a), float(r)] for k, (a, r) in state["counts"].items()}
+        out.overruled = {_pair(k) for k in state["overruled"]}
+        out.scale = {(_pair(k)[0], int(_pair(k)[1])) if "|" in k else k: float(v) for k, v in state["scale"].items()}
+        out.overhead = {mode: float(v) for mode, v in state["overhead"].items()}
+        return out
 
     def new_prompt(self) -> None:
         self.chosen, self.local, self._recheck = {}, {}, None
@@ -321,6 +342,17 @@ class Chooser:
         return None
 
 
+def _key(pair: tuple) -> str:
+    return "|".join(str(x) for x in pair)
+
+
+def _pair(key: str) -> tuple[str, str]:
+    first, _, second = key.partition("|")
+    if not first or not second:
+        raise ValueError(f"{key!r} is not a tier pair")
+    return first, second
+
+
 def predictive_tail(accepted: int, tested: int, a: float, b: float) -> float:
     """The smaller tail, P(K ≤ accepted) or P(K ≥ accepted), of K accepted in ``tested`` drafts under the
     Beta(a, b)-binomial law: how rare the count is for a pair whose acceptance the Beta(a, b) prior describes.
@@ -391,8 +423,8 @@ def auto(chooser: Chooser, full: Tier, draft: Tier | None, slim: Tier | None, pr
             last = arm
             seen, blocks, spent = [], 0, 0.0
             for _ in range(run):
-                if out.done:
-                    break
+                if out.done or (blocks and arm.mode == "lookup" and lookup_match(out.ids, arm.gamma)[1] != ngram):
+                    break  # a later n-gram block goes on only from a match as long as the one it was priced at
                 blocks += 1
                 start, state = out.ids, generator.get_state() if trace is not None else None
                 began = time.perf_counter()

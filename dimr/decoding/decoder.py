@@ -9,6 +9,7 @@ This is the Python API behind ``dimr decode``::
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from contextlib import nullcontext
@@ -28,12 +29,22 @@ from dimr.decoding.sequence import DecodeConfig, DecodeResult
 from dimr.decoding.shared import SharedPrefix, first_skipped_of
 from dimr.decoding.tiers import Tier
 from dimr.errors import DimrError
+from dimr.userfiles import read_text, write_atomic
 
 MODES = ("ar", "sd", "self", "via", "lookup", "hier", "auto")
 NEEDS_SLIM = ("self", "via", "hier")
 LOSSLESS_ONLY = ("hier", "auto")  # modes that take no relaxed verification rule
 COST_LENGTHS = (1, 2, 3, 5, 9, 13, 17)  # forward lengths `auto` prices (γ + 1 up to 9, Γ + 1 up to 17)
+CHOOSER_FORMAT = "dimr-auto-chooser/1"  # the file `Decoder.save_choosers` writes
 STEP_PROMPT = "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n"  # measure_steps' text
+
+
+def _describe(identity: object) -> str:
+    if not isinstance(identity, dict) or not identity:
+        return "a decoder of unknown models"
+    parts = [f"pair {identity.get('pair')}"]
+    parts += [f"{k.replace('_', ' ')} {identity[k]}" for k in ("slim", "draft_slim") if identity.get(k)]
+    return ", ".join(parts)
 
 
 def check_ladder(draft, slim) -> None:
@@ -61,6 +72,10 @@ class Decoder:
     # (proposer, target) → the slim config's calibration metrics (top1_agreement, expected_acceptance)
     calibrated: dict[tuple[str, str], dict[str, float]] = field(default_factory=dict)
     calibration: str | None = None  # the pair's calibration text (a spec for load_calibration); None: unknown
+    # what a saved chooser state must have been learned on: the pair and its slim masks (`Decoder.load`)
+    identity: dict[str, str | None] = field(default_factory=dict)
+    # temperature → a loaded chooser state (`load_choosers`), made into that temperature's chooser on first use
+    chooser_states: dict[float, dict] = field(default_factory=dict, repr=False)
 
     def escalate(self, config: DecodeConfig) -> Escalate | None:
         """The full forward hier escalates with: shared-prefix if the config asks for it and it applies."""
@@ -116,6 +131,9 @@ class Decoder:
         out.calibrated = {pair: c.metrics for pair, c in ((("slim", "full"), cfg), (("draft", "full"), draft_cfg))
                           if c is not None}
         out.calibration = p.calibration
+        raw = "".join("1" if keep else "0" for keep in mask) if mask is not None else None
+        out.identity = {"pair": p.name, "slim": cfg.mask if cfg is not None else raw,
+                        "draft_slim": draft_cfg.mask if draft_cfg is not None else None}
         return out
 
     def ladder(self, draft_slim: str | Path) -> Decoder:
@@ -192,9 +210,43 @@ class Decoder:
             costs = self.costs or self.measure_costs()
             self.calibrate_pairs()
             key = "top1_agreement" if temperature == 0 else "expected_acceptance"
-            self.choosers[temperature] = Chooser(costs, arms(draft=True, slim=self.slim is not None), calibrated={
-                pair: m[key] for pair, m in self.calibrated.items() if math.isfinite(m.get(key, math.nan))})
+            own = arms(draft=True, slim=self.slim is not None)
+            if temperature in self.chooser_states:
+                self.choosers[temperature] = Chooser.from_state(costs, own, self.chooser_states.pop(temperature))
+            else:
+                self.choosers[temperature] = Chooser(costs, own, calibrated={
+                    pair: m[key] for pair, m in self.calibrated.items() if math.isfinite(m.get(key, math.nan))})
         return self.choosers[temperature]
+
+    def save_choosers(self, path: str | Path) -> Path:
+        """Write what ``auto`` has learned (each temperature's chooser, :meth:`Chooser.state`) to ``path``, so a
+        later process (a restarted server) starts from it with :meth:`load_choosers`. Written to a temporary file
+        beside ``path`` and renamed into place: an interrupted write leaves the old file."""
+        states = {**self.chooser_states, **{t: c.state() for t, c in self.choosers.items()}}
+        data = {"format": CHOOSER_FORMAT, "identity": self.identity,
+                "choosers": {repr(t): s for t, s in sorted(states.items())}}
+        return write_atomic(Path(path), json.dumps(data, indent=1) + "\n")
+
+    def load_choosers(self, path: str | Path) -> None:
+        """Start ``auto`` from the state :meth:`save_choosers` wrote to ``path``; refused (``DimrError``) if it is
+        not such a file or was learned on another pair or slim verifier."""
+        path = Path(path)
+        fix = "pass a file that `dimr decode --mode auto --chooser-state` wrote, or a new path"
+        text = read_text(path, "chooser state", fix)
+        try:
+            data = json.loads(text)
+            if data.get("format") != CHOOSER_FORMAT:
+                raise ValueError(f"format is {data.get('format')!r}, not {CHOOSER_FORMAT!r}")
+            states = {float(t): s for t, s in data["choosers"].items()}
+            for s in states.values():  # parsed now, so a bad file fails here and not mid-decode
+                Chooser.from_state(Costs({}, "check"), [], s)
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise DimrError(f"chooser state {path} is not one dimr wrote ({e}); {fix}") from None
+        if data.get("identity") != self.identity:
+            raise DimrError(f"chooser state {path} was learned on {_describe(data.get('identity'))}, not on "
+                            f"{_describe(self.identity)}; pass that pair and slim, or another --chooser-state path")
+        self.chooser_states = states
+        self.choosers = {}
 
     @torch.inference_mode()
     def calibrate_pairs(self, num_sequences: int = 2, prompt_len: int = 32,
