@@ -1,6 +1,8 @@
 """Where ``auto``'s time goes: a cold chooser per pass, every block timed and filed under its arm's mode and the
 mode of the block before it (a switch makes the incoming tier catch up), beside the fixed modes' tokens/s, and the
-time ``auto`` spends outside its blocks (the choice, the n-gram look-up, the bookkeeping).
+time ``auto`` spends outside its blocks (the choice, the n-gram look-up, the bookkeeping). Per arm, the tokens the
+first block of each choice was expected to make (at the posterior means the choice drew from) beside what it made:
+an arm that makes fewer than expected is priced too well.
 
     python benchmarks/auto_anatomy.py --pair mini --slim benchmarks/results/mini_slim.json --workload code \
         --temperature 0 --passes 3 --fixed sd@2,lookup@4
@@ -19,8 +21,9 @@ import torch
 from transformers.utils import logging
 
 from dimr.decoding import DecodeConfig, Decoder
-from dimr.decoding.auto import auto
+from dimr.decoding.auto import PAIRS, auto
 from dimr.decoding.bench import parse_spec
+from dimr.decoding.costs import Acceptance, block
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_tiers import workload  # noqa: E402
@@ -33,6 +36,7 @@ class Clocked(list):
         super().__init__()
         self.ends: list[float] = []
         self.choices: list[tuple[float, float]] = []  # (start, end) of each choice
+        self.expected: list[float] = []  # tokens each choice's arm was expected to make in one block
 
     def append(self, entry) -> None:
         self.ends.append(time.perf_counter())
@@ -43,10 +47,16 @@ def timed_choices(chooser, clock: Clocked) -> None:
     """Stamp the start and end of every choice of ``chooser`` (an instance attribute: the class is untouched)."""
     choose = type(chooser).choose
 
-    def stamped(*args, **kwargs):
+    def stamped(rng, lag, lookup_len, ngram, remaining):
         began = time.perf_counter()
-        arm = choose(chooser, *args, **kwargs)
+        arm = choose(chooser, rng, lag, lookup_len, ngram, remaining)
         clock.choices.append((began, time.perf_counter()))
+        means = {}
+        for pair in PAIRS:
+            (a, r), (pa, pr) = chooser.evidence(pair, ngram), chooser.prior(pair)
+            means[pair] = (a + pa) / (a + r + pa + pr)
+        gamma = min(arm.gamma, lookup_len) if arm.mode == "lookup" else arm.gamma
+        clock.expected.append(block(arm.mode, gamma, Acceptance(means), chooser.price, arm.window)[0])
         return arm
 
     chooser.choose = stamped
@@ -77,6 +87,7 @@ def main() -> None:
     totals = defaultdict(lambda: [0, 0.0])  # mode → tokens, seconds
     blocks = defaultdict(lambda: [0, 0, 0.0])  # (mode, mode before) → blocks, tokens, seconds
     outside = [0.0, 0]  # seconds outside blocks, choices
+    firsts = defaultdict(lambda: [0, 0.0, 0])  # arm → choices, tokens expected of their first blocks, tokens made
     choose_seconds = 0.0
     for p in range(args.passes):  # when sampling, pass p draws with seed p (every mode alike)
         dec.choosers = {}
@@ -98,12 +109,19 @@ def main() -> None:
             totals["auto"][1] += wall
             # a block starts where the last block (or the choice that precedes it) ended
             marks = sorted([(end, "choice") for _, end in clock.choices] + [(end, "block") for end in clock.ends])
-            starts = {}
-            last = began
+            starts, first = {}, set()
+            last, last_kind = began, "choice"
             for stamp, kind in marks:
                 if kind == "block":
                     starts[stamp] = last
-                last = stamp
+                    if last_kind == "choice":
+                        first.add(stamp)
+                last, last_kind = stamp, kind
+            expected = iter(clock.expected)
+            for (arm, _, _, emitted), end in zip(clock, clock.ends, strict=True):
+                if end in first:
+                    row = firsts[arm.label]
+                    row[0], row[1], row[2] = row[0] + 1, row[1] + next(expected), row[2] + len(emitted)
             before = "start"
             in_blocks = 0.0
             for (arm, _, _, emitted), end in zip(clock, clock.ends, strict=True):
@@ -123,6 +141,9 @@ def main() -> None:
     for (mode, before), (n, tokens, seconds) in sorted(blocks.items()):
         print(f"    {mode:9s} after {before:9s} {n:5d} blocks  {tokens / n:5.2f} tok/block  "
               f"{seconds / n * 1e3:6.2f} ms/block  {tokens / seconds:7.1f} tok/s")
+    print("  the first block of each choice, by arm: tokens expected at the posterior means, and made:")
+    for label, (n, expected, made) in sorted(firsts.items(), key=lambda item: -item[1][0]):
+        print(f"    {label:9s} {n:5d} choices  expected {expected / n:5.2f}  made {made / n:5.2f} tok/block")
     wall = totals["auto"][1]
     print(f"  outside blocks: {outside[0] * 1e3:.0f} ms of {wall * 1e3:.0f} ms ({outside[0] / wall:.1%}), "
           f"{outside[0] / max(outside[1], 1) * 1e6:.0f} us per choice over {outside[1]} choices; "

@@ -205,6 +205,12 @@ class Chooser:
         m = min(max(self.calibrated[pair], 0.0), 1.0)
         return 1.0 + m * CALIBRATED, 1.0 + (1.0 - m) * CALIBRATED
 
+    def evidence(self, pair: tuple[str, str], ngram: int = 0) -> tuple[float, float]:
+        """``pair``'s accepted and rejected tested tokens (the n-gram proposer's on this prompt, after a match of
+        ``ngram`` tokens): with :meth:`prior`, the Beta posterior every choice prices the arms from."""
+        a, r = self.seeded(lookup_pair(ngram)) if pair == LOOKUP else self.counts.get(pair, (0.0, 0.0))
+        return a, r
+
     def observe(self, observations: list[modes.Observation]) -> None:
         for proposer, target, accepted, tested in observations:
             own = [self.seeded((proposer, target))] if proposer.startswith("lookup") else []
@@ -272,8 +278,7 @@ class Chooser:
         of ``ngram`` tokens (its acceptance is drawn from that length's counts)."""
         rates, means, limit = {}, {}, {}
         for pair in PAIRS:
-            a, r = self.seeded(lookup_pair(ngram)) if pair == LOOKUP else self.counts.get(pair, (0.0, 0.0))
-            pa, pr = self.prior(pair)
+            (a, r), (pa, pr) = self.evidence(pair, ngram), self.prior(pair)
             means[pair] = (a + pa) / (a + r + pa + pr)
             # the n-gram proposer is seen after every block whatever runs: a draw would only add exploration
             rates[pair] = means[pair] if pair == LOOKUP else rng.betavariate(a + pa, r + pr)
