@@ -184,7 +184,8 @@ class Chooser:
         out = cls(costs, arms, calibrated={_pair(k): float(m) for k, m in state["calibrated"].items()})
         out.counts = {_pair(k): [float(a), float(r)] for k, (a, r) in state["counts"].items()}
         out.overruled = {_pair(k) for k in state["overruled"]}
-        out.scale = {(_pair(k)[0], int(_pair(k)[1])) if "|" in k else k: float(v) for k, v in state["scale"].items()}
+        out.scale = {(k.partition("|")[0], int(k.partition("|")[2])) if "|" in k else k: float(v)
+                     for k, v in state["scale"].items()}
         out.overhead = {mode: float(v) for mode, v in state["overhead"].items()}
         return out
 

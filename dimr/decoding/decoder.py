@@ -208,12 +208,12 @@ class Decoder:
         temperature = float(temperature)
         if temperature not in self.choosers:
             costs = self.costs or self.measure_costs()
-            self.calibrate_pairs()
-            key = "top1_agreement" if temperature == 0 else "expected_acceptance"
             own = arms(draft=True, slim=self.slim is not None)
-            if temperature in self.chooser_states:
+            if temperature in self.chooser_states:  # it carries its calibrations: no calibration decodes
                 self.choosers[temperature] = Chooser.from_state(costs, own, self.chooser_states.pop(temperature))
             else:
+                self.calibrate_pairs()
+                key = "top1_agreement" if temperature == 0 else "expected_acceptance"
                 self.choosers[temperature] = Chooser(costs, own, calibrated={
                     pair: m[key] for pair, m in self.calibrated.items() if math.isfinite(m.get(key, math.nan))})
         return self.choosers[temperature]
