@@ -21,7 +21,7 @@ import torch
 from transformers.utils import logging
 
 from dimr.decoding import DecodeConfig, Decoder
-from dimr.decoding.auto import PAIRS, auto
+from dimr.decoding.auto import auto
 from dimr.decoding.bench import parse_spec
 from dimr.decoding.costs import Acceptance, block
 
@@ -51,10 +51,7 @@ def timed_choices(chooser, clock: Clocked) -> None:
         began = time.perf_counter()
         arm = choose(chooser, rng, lag, lookup_len, ngram, remaining)
         clock.choices.append((began, time.perf_counter()))
-        means = {}
-        for pair in PAIRS:
-            (a, r), (pa, pr) = chooser.evidence(pair, ngram), chooser.prior(pair)
-            means[pair] = (a + pa) / (a + r + pa + pr)
+        means = chooser.means(ngram)
         gamma = min(arm.gamma, lookup_len) if arm.mode == "lookup" else arm.gamma
         clock.expected.append(block(arm.mode, gamma, Acceptance(means), chooser.price, arm.window)[0])
         return arm

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -21,6 +23,23 @@ from dimr.decoding.stats import DecodeStats
 from dimr.decoding.tiers import Tier
 from dimr.masks import SublayerMask
 from dimr.slim import decoder_layers, slim_verifier
+
+
+def lookup_blocks(first: float, rest: float, n: int, ngram: int = 0) -> list[modes.Observation]:
+    """``n`` n-gram draft blocks of two drafted tokens, as ``auto`` files them after a match of ``ngram`` tokens
+    (0: the pooled key): the first token accepted in a share ``first`` of them, the second in ``rest`` of those,
+    spread evenly (old evidence fades: a run of rejections first would count for less)."""
+    from dimr.decoding.auto import _by_match
+
+    blocks, seconds = [], 0
+    for i in range(n):
+        if math.floor((i + 1) * first) == math.floor(i * first):
+            blocks.append(("lookup", "full", 0, 1))
+            continue
+        seconds += 1
+        both = math.floor(seconds * rest) > math.floor((seconds - 1) * rest)
+        blocks.append(("lookup", "full", 2 if both else 1, 2))
+    return _by_match(blocks, ngram)
 
 
 @pytest.fixture(scope="module", params=FAMILIES)
@@ -233,11 +252,9 @@ def test_auto_prices_the_work_outside_forwards(decoder: Decoder):
     that time is priced per verified token, so a shorter γ can still win. A decode records that time per mode it ran."""
     import random
 
-    from dimr.decoding.auto import _by_match
-
     costs = Costs({"full": {1: 1.0, 17: 1.0}}, "test")
     chooser = Chooser(costs, [Arm("ar"), Arm("lookup", 4)])
-    chooser.observe(_by_match([("lookup", "full", 500, 1000)], 2))
+    chooser.observe(lookup_blocks(0.5, 0.5, 1000, ngram=2))
     rng = random.Random(0)
     assert {chooser.choose(rng, {}, 4, ngram=2).mode for _ in range(20)} == {"lookup"}
     chooser.observe_overhead("lookup", 2.0, verified=5)  # 0.4 s per verified token: 2 s for a block of 4 + 1
@@ -483,6 +500,48 @@ def test_auto_tests_hier_draft_against_the_slim_before_the_draws_decide():
     assert all(poor.choose(rng, {"draft": 0, "slim": 0}, 0).mode != "hier" for _ in range(20))
 
 
+def test_expected_tokens_of_a_first_and_a_rest_rate_match_an_enumeration():
+    """(first, rest): the first draft accepted at one rate, each later one (after accepted ones) at another. The
+    mean of 1 + the accepted run, enumerated over every accept/reject pattern of γ drafts, equals the closed form;
+    equal rates give the i.i.d. formula."""
+    import itertools
+
+    from dimr.decoding.costs import expected_tokens
+
+    for first, rest, gamma in [(0.3, 0.95, 4), (0.8, 0.2, 3), (0.5, 0.5, 6), (0.0, 0.9, 2), (1.0, 1.0, 5)]:
+        total = 0.0
+        for pattern in itertools.product([True, False], repeat=gamma):
+            rates = np.array([first] + [rest] * (gamma - 1))
+            p = np.prod(np.where(pattern, rates, 1 - rates))
+            run = next((i for i, ok in enumerate(pattern) if not ok), gamma)
+            total += p * (1 + run)
+        assert expected_tokens((first, rest), gamma) == pytest.approx(total)
+    assert expected_tokens((0.6, 0.6), 4) == pytest.approx(expected_tokens(0.6, 4))
+    assert expected_tokens((0.6, 0.1), 0) == 1.0
+
+
+def test_auto_prices_the_ngram_drafts_first_token_apart_from_the_rest():
+    """After a single matched token the n-gram draft's first token is a guess, but once it is accepted the text
+    that followed the match tends to go on (smollm2's prose: 0.12 of first tokens accepted, then nearly every later
+    one). Counted as one i.i.d. rate (0.45 here) a long proposal is priced at 1.8 tokens and lookup/1 wins; by the
+    two rates (0.3, 0.95) lookup/8 makes 3.0 tokens for a forward of 2 steps and wins."""
+    import random
+
+    from dimr.decoding.auto import lookup_pair
+
+    costs = Costs({"full": {1: 1.0, 2: 1.2, 9: 2.0}}, "test")
+    chooser = Chooser(costs, [Arm("ar"), Arm("lookup", 1), Arm("lookup", 8)])
+    chooser.observe(lookup_blocks(0.3, 0.95, 200, ngram=1))
+    first, rest = chooser.lookup_means(1)
+    assert first == pytest.approx(0.3, abs=0.02) and rest == pytest.approx(0.95, abs=0.03)
+    a1, r1 = chooser.counts[lookup_pair(1)]
+    a2, r2 = chooser.counts[lookup_pair(1, rest=True)]
+    assert predict("lookup", 1, Acceptance({("lookup", "full"): (a1 + a2) / (a1 + r1 + a2 + r2)}), costs) > \
+        predict("lookup", 8, Acceptance({("lookup", "full"): (a1 + a2) / (a1 + r1 + a2 + r2)}), costs)
+    rng = random.Random(0)
+    assert {chooser.choose(rng, {}, 8, ngram=1).label for _ in range(20)} == {"lookup/8"}
+
+
 def test_auto_prices_lookup_by_the_length_of_its_match():
     """After a matched trigram the n-gram draft has been accepted 9 times in 10, after a single token 1 in 10:
     lookup runs after the trigram only. Observations are filed under the match they came from."""
@@ -492,8 +551,8 @@ def test_auto_prices_lookup_by_the_length_of_its_match():
 
     costs = Costs({"full": {1: 1.0, 17: 2.0}}, "test")  # verifying 5 tokens: 1.25 steps
     chooser = Chooser(costs, [Arm("ar"), Arm("lookup", 4)])
-    chooser.observe(_by_match([("lookup", "full", 900, 1000)], 3) + _by_match([("lookup", "full", 100, 1000)], 1))
-    assert set(chooser.counts) == {lookup_pair(3), lookup_pair(1)}
+    chooser.observe(lookup_blocks(0.9, 0.9, 1000, ngram=3) + lookup_blocks(0.1, 0.1, 1000, ngram=1))
+    assert set(chooser.counts) == {lookup_pair(n, rest) for n in (1, 3) for rest in (False, True)}
     rng = random.Random(0)
     assert {chooser.choose(rng, {}, 4, ngram=3).mode for _ in range(20)} == {"lookup"}
     assert {chooser.choose(rng, {}, 4, ngram=1).mode for _ in range(20)} == {"ar"}
@@ -502,22 +561,23 @@ def test_auto_prices_lookup_by_the_length_of_its_match():
 
 def test_auto_keys_the_ngram_acceptance_to_the_prompt():
     """Earlier prompts repeated their text (the n-gram draft accepted 9 times in 10 after a trigram); this one does
-    not: after 24 of its drafts are rejected, ar runs, although the pooled counts still say 0.9. The next prompt starts
-    from the pooled counts again, at SEED tokens' weight."""
+    not: after 48 of its drafts are rejected at their first token, ar runs, although the pooled counts still say
+    0.75. The next prompt starts from the pooled counts again, at SEED tokens' weight."""
     import random
 
     from dimr.decoding.auto import SEED, _by_match, lookup_pair
 
     costs = Costs({"full": {1: 1.0, 5: 1.5, 17: 2.0}}, "test")
     chooser = Chooser(costs, [Arm("ar"), Arm("lookup", 4)])
-    chooser.observe(_by_match([("lookup", "full", 900, 1000)], 3))
+    chooser.observe(lookup_blocks(0.9, 0.9, 1000, ngram=3))
     chooser.new_prompt()
     rng = random.Random(0)
     assert {chooser.choose(rng, {}, 4, ngram=3).mode for _ in range(20)} == {"lookup"}
-    chooser.observe(_by_match([("lookup", "full", 0, 1)] * 24, 3))
+    chooser.observe(_by_match([("lookup", "full", 0, 1)] * 48, 3))
     a, r = chooser.counts[lookup_pair(3)]
-    assert a / (a + r) > 0.8  # the pooled estimate barely moved
-    assert sum(chooser.local[lookup_pair(3)]) == pytest.approx(SEED + 24)
+    assert a / (a + r) > 0.7  # the pooled estimate moved little, this prompt's a lot
+    a, r = chooser.local[lookup_pair(3)]
+    assert a + r == pytest.approx(SEED + 48) and a / (a + r) < 0.15
     assert {chooser.choose(rng, {}, 4, ngram=3).mode for _ in range(20)} == {"ar"}
     chooser.new_prompt()
     assert {chooser.choose(rng, {}, 4, ngram=3).mode for _ in range(20)} == {"lookup"}

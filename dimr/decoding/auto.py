@@ -15,7 +15,11 @@ last n-gram occurred before, priced at the length of what followed it and at its
 seen whatever runs, it gains nothing from exploration, and its draws had run n-gram blocks that the mean said
 would lose (3 choices in 10 where it is accepted 9 times in 24 and ``ar`` is cheaper). Its acceptance is kept
 per matched n-gram length (a proposal after a matched trigram is accepted more often than one after a single
-matched token), so a block is priced with the rate of the match it would use; and per prompt: whether text
+matched token), so a block is priced with the rate of the match it would use; its first drafted token apart from
+the rest (:func:`dimr.decoding.costs.expected_tokens` with (first, rest)): the first is a guess, but once it is
+accepted the text that followed the match tends to go on (smollm2's prose after a one-token match: 0.12 of first
+tokens accepted, then nearly all later ones), which one i.i.d. rate prices as a short proposal's win and a long
+one's loss; and per prompt: whether text
 repeats is a property of the prompt, so each prompt's n-gram posterior starts from the pooled counts scaled to
 :data:`SEED` tokens and its own blocks soon outweigh them (pooled, a prompt whose text stopped repeating kept
 drawing 0.9 from earlier prompts' trigrams).
@@ -115,9 +119,10 @@ CONFLICT = 0.1
 SEED = 8.0
 
 
-def lookup_pair(ngram: int) -> tuple[str, str]:
-    """The key of the n-gram proposer's counts after a match of ``ngram`` tokens (0: the pooled key)."""
-    return (f"lookup@{ngram}", "full") if ngram else LOOKUP
+def lookup_pair(ngram: int, rest: bool = False) -> tuple[str, str]:
+    """The key of the n-gram proposer's counts after a match of ``ngram`` tokens (0: the pooled key): of its first
+    drafted token, or (``rest``) of each later one, once those before it were accepted."""
+    return (("lookup" if not ngram else f"lookup@{ngram}") + ("+" if rest else ""), "full")
 
 
 @dataclass(frozen=True)
@@ -206,11 +211,30 @@ class Chooser:
         m = min(max(self.calibrated[pair], 0.0), 1.0)
         return 1.0 + m * CALIBRATED, 1.0 + (1.0 - m) * CALIBRATED
 
-    def evidence(self, pair: tuple[str, str], ngram: int = 0) -> tuple[float, float]:
-        """``pair``'s accepted and rejected tested tokens (the n-gram proposer's on this prompt, after a match of
-        ``ngram`` tokens): with :meth:`prior`, the Beta posterior every choice prices the arms from."""
-        a, r = self.seeded(lookup_pair(ngram)) if pair == LOOKUP else self.counts.get(pair, (0.0, 0.0))
+    def evidence(self, pair: tuple[str, str], ngram: int = 0, rest: bool = False) -> tuple[float, float]:
+        """``pair``'s accepted and rejected tested tokens (the n-gram proposer's on this prompt after a match of
+        ``ngram`` tokens, of its first drafted token or the ``rest``): with :meth:`prior`, the Beta posterior every
+        choice prices the arms from."""
+        if pair == LOOKUP:
+            return tuple(self.seeded(lookup_pair(ngram, rest)))
+        a, r = self.counts.get(pair, (0.0, 0.0))
         return a, r
+
+    def lookup_means(self, ngram: int) -> tuple[float, float]:
+        """The n-gram draft's posterior mean acceptance after a match of ``ngram`` tokens: (first, rest)."""
+        out = []
+        for rest in (False, True):
+            (a, r), (pa, pr) = self.evidence(LOOKUP, ngram, rest), PRIOR
+            out.append((a + pa) / (a + r + pa + pr))
+        return out[0], out[1]
+
+    def means(self, ngram: int = 0) -> dict[tuple[str, str], float | tuple[float, float]]:
+        """Every tier pair's posterior mean acceptance (the n-gram draft's: :meth:`lookup_means`)."""
+        out: dict[tuple[str, str], float | tuple[float, float]] = {}
+        for pair in PAIRS:
+            (a, r), (pa, pr) = self.evidence(pair), self.prior(pair)
+            out[pair] = self.lookup_means(ngram) if pair == LOOKUP else (a + pa) / (a + r + pa + pr)
+        return out
 
     def observe(self, observations: list[modes.Observation]) -> None:
         for proposer, target, accepted, tested in observations:
@@ -279,10 +303,14 @@ class Chooser:
         of ``ngram`` tokens (its acceptance is drawn from that length's counts)."""
         rates, means, limit = {}, {}, {}
         for pair in PAIRS:
-            (a, r), (pa, pr) = self.evidence(pair, ngram), self.prior(pair)
+            if pair == LOOKUP:
+                # the n-gram proposer is seen after every block whatever runs: a draw would only add exploration
+                rates[pair] = means[pair] = self.lookup_means(ngram)
+                limit[pair] = 1 + self.evidence(pair, ngram)[0] + self.evidence(pair, ngram, rest=True)[0]
+                continue
+            (a, r), (pa, pr) = self.evidence(pair), self.prior(pair)
             means[pair] = (a + pa) / (a + r + pa + pr)
-            # the n-gram proposer is seen after every block whatever runs: a draw would only add exploration
-            rates[pair] = means[pair] if pair == LOOKUP else rng.betavariate(a + pa, r + pr)
+            rates[pair] = rng.betavariate(a + pa, r + pr)
             limit[pair] = 1 + a  # γ (Γ) runs at most 1 + the tokens the pair has seen accepted
 
         def gamma(arm: Arm) -> int:  # what the arm drafts now: lookup offers at most ``lookup_len`` tokens
@@ -386,8 +414,18 @@ def _lookup_seen(proposal: Tensor, emitted: Tensor) -> list[modes.Observation]:
 
 
 def _by_match(seen: list[modes.Observation], ngram: int) -> list[modes.Observation]:
-    """The n-gram proposer's observations filed under the length of the match its proposal came from."""
-    return [(*lookup_pair(ngram), *o[2:]) if (o[0], o[1]) == LOOKUP else o for o in seen]
+    """The n-gram proposer's observations filed under the length of the match its proposal came from, its first
+    drafted token apart from the rest."""
+    out = []
+    for proposer, target, accepted, tested in seen:
+        if (proposer, target) != LOOKUP:
+            out.append((proposer, target, accepted, tested))
+            continue
+        if tested:
+            out.append((*lookup_pair(ngram), min(accepted, 1), 1))
+        if tested > 1:
+            out.append((*lookup_pair(ngram, rest=True), accepted - 1, tested - 1))
+    return out
 
 
 @torch.inference_mode()

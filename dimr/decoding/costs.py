@@ -224,8 +224,14 @@ def tier_size(model: torch.nn.Module) -> tuple[float, int]:
 
 # --- predicting -----------------------------------------------------------------------------------------
 
-def expected_tokens(alpha: float, gamma: int) -> float:
-    """Tokens per verification of γ drafts with i.i.d. per-token acceptance α: (1 − α^(γ+1)) / (1 − α)."""
+def expected_tokens(alpha: float | tuple[float, float], gamma: int) -> float:
+    """Tokens per verification of γ drafts with i.i.d. per-token acceptance α: (1 − α^(γ+1)) / (1 − α). ``alpha``
+    may be (first, rest): the first draft accepted at one rate and each later one, once those before it were, at
+    another (an n-gram draft, whose first token is the guess and the rest follow the matched text): 1 + first ·
+    (1 − rest^γ) / (1 − rest)."""
+    if isinstance(alpha, tuple):
+        first, rest = alpha
+        return 1.0 + first * expected_tokens(rest, gamma - 1) if gamma > 0 else 1.0
     if alpha >= 1.0:
         return gamma + 1.0
     return (1 - alpha ** (gamma + 1)) / (1 - alpha)
@@ -233,11 +239,12 @@ def expected_tokens(alpha: float, gamma: int) -> float:
 
 @dataclass(frozen=True)
 class Acceptance:
-    """Per-token acceptance rates: proposer → target, e.g. ``{("draft", "full"): 0.6}``."""
+    """Per-token acceptance rates: proposer → target, e.g. ``{("draft", "full"): 0.6}``; a rate may be (first,
+    rest) (:func:`expected_tokens`)."""
 
-    rates: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    rates: Mapping[tuple[str, str], float | tuple[float, float]] = field(default_factory=dict)
 
-    def __call__(self, proposer: str, target: str) -> float:
+    def __call__(self, proposer: str, target: str) -> float | tuple[float, float]:
         if (proposer, target) not in self.rates:
             raise DimrError(f"no acceptance rate of {proposer} against {target}; decode with a mode that "
                             "runs that pair of tiers first")

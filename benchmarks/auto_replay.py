@@ -1,0 +1,180 @@
+"""``auto``'s choices without the clock: greedy decodes replayed against the cost table.
+
+Greedy output does not depend on the mode, so one ``ar`` decode per prompt fixes what every block of every mode
+would accept: at each position, how many of the n-gram proposer's tokens match the continuation (and after a
+match of how many tokens), and how many of the draft's greedy tokens do. This replays the fixed modes and
+:class:`Chooser` (``ar``, ``sd`` and ``lookup`` arms, one chooser across the prompts, as in a pass) over those
+outcomes and prices every forward at the cost table (plus each mode's step time), so what it prints is the
+quality of the choices alone, free of the machine's timing noise: tokens/s of ``auto`` against the best fixed mode
+on the same text. The chooser here prices by the table (``adapt`` off), as it would on a quiet machine.
+
+    python benchmarks/auto_replay.py --pair smollm2 --slim benchmarks/results/smollm2_light.json --prompts 6 \
+        --max-new-tokens 48 --seeds 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+from dataclasses import astuple, dataclass
+from pathlib import Path
+
+import torch
+from transformers.utils import logging
+
+from dimr.decoding import DecodeConfig, Decoder
+from dimr.decoding.auto import GAMMAS, RUN, Arm, Chooser, arms
+from dimr.decoding.costs import Costs
+from dimr.decoding.proposer import lookup_match
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_tiers import workload  # noqa: E402
+
+LONGEST = GAMMAS[-1]
+
+
+@dataclass
+class Position:
+    """What a block starting here would get: the n-gram match's length and proposal length, how many of the
+    proposal's tokens the continuation repeats, and how many of the draft's greedy tokens it does."""
+
+    ngram: int
+    offered: int
+    lookup_run: int
+    draft_run: int
+
+
+def leading(a: torch.Tensor, b: torch.Tensor) -> int:
+    n = min(a.numel(), b.numel())
+    miss = (a[:n] != b[:n]).nonzero()
+    return int(miss[0, 0]) if miss.numel() else n
+
+
+@torch.inference_mode()
+def positions(dec: Decoder, ids: torch.Tensor, max_new_tokens: int) -> tuple[list[Position], int]:
+    """Every position of ``ids``'s greedy continuation, and the prompt's length."""
+    tokens = dec.run(ids, "ar", DecodeConfig(max_new_tokens=max_new_tokens, temperature=0.0)).tokens
+    seq = torch.cat([ids.view(-1), torch.tensor(tokens, dtype=ids.dtype)])
+    start, out = ids.numel(), []
+    for t in range(len(tokens)):
+        prefix, rest = seq[: start + t], seq[start + t:]
+        proposal, ngram = lookup_match(prefix, LONGEST)
+        draft = dec.draft.model.generate(prefix.view(1, -1), max_new_tokens=LONGEST, do_sample=False,
+                                         min_new_tokens=LONGEST)[0, prefix.numel():]
+        out.append(Position(ngram, proposal.numel(), leading(proposal, rest), leading(draft, rest)))
+    return out, start
+
+
+def block(arm: Arm, pos: Position, left: int, costs: Costs, lag: int) -> tuple[int, float, list]:
+    """(tokens emitted, seconds, observations) of one block of ``arm`` at ``pos`` with ``left`` tokens to go."""
+    if arm.mode == "ar":
+        return 1, costs("full", 1) + costs.step("ar"), []
+    gamma = min(arm.gamma, pos.offered) if arm.mode == "lookup" else arm.gamma
+    run = pos.lookup_run if arm.mode == "lookup" else pos.draft_run
+    accepted = min(gamma, run, left - 1)
+    tested = min(accepted + 1, gamma)
+    seconds = costs("full", gamma + 1) + costs.step(arm.mode)
+    pair = ("lookup", "full") if arm.mode == "lookup" else ("draft", "full")
+    if arm.mode == "sd":
+        seconds += costs("draft", lag + 1) + (gamma - 1) * costs("draft", 1)
+    return accepted + 1, seconds, [(*pair, accepted, tested)]
+
+
+def replay(path: list[Position], costs: Costs, policy, chooser: Chooser | None = None,
+           rng: random.Random | None = None) -> tuple[int, float]:
+    """Tokens and seconds of one prompt decoded by ``policy`` (a fixed arm) or by ``chooser``."""
+    from dimr.decoding.auto import _by_match
+
+    t, seconds, lag, run, last = 0, 0.0, 0, 0, None
+    n = len(path)
+    if chooser is not None:
+        chooser.new_prompt()
+    while t < n:
+        pos = path[t]
+        if chooser is None:
+            arm, blocks = policy, 1
+        else:
+            arm = chooser.choose(rng, {"draft": lag}, pos.offered, pos.ngram, n - t)
+            run = min(2 * run, RUN) if arm == last and not chooser.probing else 1
+            last, blocks = arm, run
+        seen, began = [], t
+        for b in range(blocks):
+            if t >= n or (b and arm.mode == "lookup" and path[t].ngram != pos.ngram):
+                break
+            made, spent, obs = block(arm, path[t], n - t, costs, lag)
+            lag = 0 if arm.mode == "sd" else lag + made
+            t, seconds, seen = t + made, seconds + spent, seen + obs
+        if chooser is not None:
+            if arm.mode != "lookup" and pos.offered:
+                shown = min(pos.offered, t - began)
+                accepted = min(pos.lookup_run, shown)
+                seen.append(("lookup", "full", accepted, min(accepted + 1, shown)))
+            chooser.observe(_by_match(seen, pos.ngram))
+    return n, seconds
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pair", default="mini")
+    ap.add_argument("--slim")
+    ap.add_argument("--workloads", default="code,prose,task")
+    ap.add_argument("--prompts", type=int, default=6)
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--seeds", type=int, default=4, help="auto replays, each with its own draws")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--costs", help="cost table JSON: read if it exists, else measured and written there")
+    ap.add_argument("--paths", help="JSON of the greedy outcomes per workload: read if it exists, else written")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    logging.disable_progress_bar()
+    dec = Decoder.load(args.pair, slim=args.slim, device="cpu")
+    if args.costs and Path(args.costs).exists():  # the same table for replays of two versions of the chooser
+        costs = dec.costs = Costs.load(Path(args.costs))
+    else:
+        costs = dec.measure_costs(steps=["ar", "sd", "lookup"])
+        if args.costs:
+            Path(args.costs).write_text(json.dumps(costs.to_dict()))
+    cached = json.loads(Path(args.paths).read_text()) if args.paths and Path(args.paths).exists() else {}
+    fixed = [Arm("ar")] + [Arm(m, g) for m in ("sd", "lookup") for g in GAMMAS]
+    full = costs("full", 1)
+    print(f"{args.pair}: full c(1) {full * 1e3:.2f} ms, c(3)/c(1) {costs('full', 3) / full:.2f},"
+          f" c(5)/c(1) {costs('full', 5) / full:.2f}; draft c(1)/full c(1) {costs('draft', 1) / full:.3f}")
+    for name in args.workloads.split(","):
+        if name not in cached:
+            cached[name] = [[astuple(x) for x in positions(dec, dec.encode(p), args.max_new_tokens)[0]]
+                            for p in workload(args.pair, name, args.prompts)]
+            if args.paths:
+                Path(args.paths).write_text(json.dumps(cached))
+        paths = [[Position(*x) for x in path] for path in cached[name]]
+        speed = {}
+        for arm in fixed:
+            tokens, seconds = zip(*(replay(p, costs, arm) for p in paths), strict=True)
+            speed[arm.label] = sum(tokens) / sum(seconds)
+        base = speed["ar"]
+        best = max(speed, key=speed.__getitem__)
+        autos, chosen = [], {}
+        for seed in range(args.seeds):
+            dec.choosers = {}
+            template = dec.auto_chooser(0.0)
+            chooser = Chooser(costs, arms(draft=True, slim=False), calibrated=dict(template.calibrated), adapt=False)
+            rng = random.Random(seed)
+            tokens, seconds = [], []
+            for p in paths:
+                made, spent = replay(p, costs, None, chooser, rng)
+                tokens, seconds = tokens + [made], seconds + [spent]
+                for label, k in chooser.chosen.items():
+                    chosen[label] = chosen.get(label, 0) + k
+            autos.append(sum(tokens) / sum(seconds))
+        top = sorted(speed.items(), key=lambda kv: -kv[1])[:4] + [("sd/2", speed["sd/2"])]
+        runs = [p.draft_run for path in paths for p in path]
+        print(f"  draft run mean {sum(runs) / len(runs):.2f}, P(run>=1) {sum(r > 0 for r in runs) / len(runs):.2f}")
+        print(f"{name}: " + ", ".join(f"{k} {v / base:.3f}x" for k, v in top)
+              + f"; auto {' '.join(f'{a / base:.3f}' for a in autos)}x ar = "
+              f"{sum(autos) / len(autos) / speed[best]:.3f} of {best}")
+        print("  auto's choices: " + ", ".join(f"{k} {v}" for k, v in sorted(chosen.items(), key=lambda kv: -kv[1])))
+
+
+if __name__ == "__main__":
+    main()
