@@ -19,10 +19,9 @@ matched token), so a block is priced with the rate of the match it would use; it
 the rest (:func:`dimr.decoding.costs.expected_tokens` with (first, rest)): the first is a guess, but once it is
 accepted the text that followed the match tends to go on (smollm2's prose after a one-token match: 0.12 of first
 tokens accepted, then nearly all later ones), which one i.i.d. rate prices as a short proposal's win and a long
-one's loss; and per prompt: whether text
-repeats is a property of the prompt, so each prompt's n-gram posterior starts from the pooled counts scaled to
-:data:`SEED` tokens and its own blocks soon outweigh them (pooled, a prompt whose text stopped repeating kept
-drawing 0.9 from earlier prompts' trigrams).
+one's loss; and per prompt: whether text repeats is a property of the prompt, so each prompt's n-gram posterior
+starts from the pooled counts scaled to :data:`SEED` tokens and its own blocks soon outweigh them (pooled, a
+prompt whose text stopped repeating kept drawing 0.9 from earlier prompts' trigrams).
 
 The posterior counts live in the :class:`Chooser` and carry over between prompts, faded to at most
 :data:`HORIZON` tested tokens per pair (running estimates that still adapt to a new prompt). The chooser
