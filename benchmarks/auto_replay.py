@@ -138,6 +138,7 @@ def main() -> None:
             Path(args.costs).write_text(json.dumps(costs.to_dict()))
     cached = json.loads(Path(args.paths).read_text()) if args.paths and Path(args.paths).exists() else {}
     fixed = [Arm("ar")] + [Arm(m, g) for m in ("sd", "lookup") for g in GAMMAS]
+    calibrated = dict(dec.auto_chooser(0.0).calibrated)  # the priors `decode` would start its chooser from
     full = costs("full", 1)
     print(f"{args.pair}: full c(1) {full * 1e3:.2f} ms, c(3)/c(1) {costs('full', 3) / full:.2f},"
           f" c(5)/c(1) {costs('full', 5) / full:.2f}; draft c(1)/full c(1) {costs('draft', 1) / full:.3f}")
@@ -156,9 +157,7 @@ def main() -> None:
         best = max(speed, key=speed.__getitem__)
         autos, chosen = [], {}
         for seed in range(args.seeds):
-            dec.choosers = {}
-            template = dec.auto_chooser(0.0)
-            chooser = Chooser(costs, arms(draft=True, slim=False), calibrated=dict(template.calibrated), adapt=False)
+            chooser = Chooser(costs, arms(draft=True, slim=False), calibrated=dict(calibrated), adapt=False)
             rng = random.Random(seed)
             tokens, seconds = [], []
             for p in paths:
@@ -167,9 +166,7 @@ def main() -> None:
                 for label, k in chooser.chosen.items():
                     chosen[label] = chosen.get(label, 0) + k
             autos.append(sum(tokens) / sum(seconds))
-        top = sorted(speed.items(), key=lambda kv: -kv[1])[:4] + [("sd/2", speed["sd/2"])]
-        runs = [p.draft_run for path in paths for p in path]
-        print(f"  draft run mean {sum(runs) / len(runs):.2f}, P(run>=1) {sum(r > 0 for r in runs) / len(runs):.2f}")
+        top = sorted(speed.items(), key=lambda kv: -kv[1])[:4]
         print(f"{name}: " + ", ".join(f"{k} {v / base:.3f}x" for k, v in top)
               + f"; auto {' '.join(f'{a / base:.3f}' for a in autos)}x ar = "
               f"{sum(autos) / len(autos) / speed[best]:.3f} of {best}")

@@ -31,13 +31,13 @@ def lookup_blocks(first: float, rest: float, n: int, ngram: int = 0) -> list[mod
     spread evenly (old evidence fades: a run of rejections first would count for less)."""
     from dimr.decoding.auto import _by_match
 
-    blocks, seconds = [], 0
+    blocks, firsts = [], 0  # firsts: blocks whose first token was accepted so far
     for i in range(n):
         if math.floor((i + 1) * first) == math.floor(i * first):
             blocks.append(("lookup", "full", 0, 1))
             continue
-        seconds += 1
-        both = math.floor(seconds * rest) > math.floor((seconds - 1) * rest)
+        firsts += 1
+        both = math.floor(firsts * rest) > math.floor((firsts - 1) * rest)
         blocks.append(("lookup", "full", 2 if both else 1, 2))
     return _by_match(blocks, ngram)
 
@@ -534,10 +534,9 @@ def test_auto_prices_the_ngram_drafts_first_token_apart_from_the_rest():
     chooser.observe(lookup_blocks(0.3, 0.95, 200, ngram=1))
     first, rest = chooser.lookup_means(1)
     assert first == pytest.approx(0.3, abs=0.02) and rest == pytest.approx(0.95, abs=0.03)
-    a1, r1 = chooser.counts[lookup_pair(1)]
-    a2, r2 = chooser.counts[lookup_pair(1, rest=True)]
-    assert predict("lookup", 1, Acceptance({("lookup", "full"): (a1 + a2) / (a1 + r1 + a2 + r2)}), costs) > \
-        predict("lookup", 8, Acceptance({("lookup", "full"): (a1 + a2) / (a1 + r1 + a2 + r2)}), costs)
+    (a1, r1), (a2, r2) = chooser.counts[lookup_pair(1)], chooser.counts[lookup_pair(1, rest=True)]
+    pooled = Acceptance({("lookup", "full"): (a1 + a2) / (a1 + r1 + a2 + r2)})
+    assert predict("lookup", 1, pooled, costs) > predict("lookup", 8, pooled, costs)
     rng = random.Random(0)
     assert {chooser.choose(rng, {}, 8, ngram=1).label for _ in range(20)} == {"lookup/8"}
 
