@@ -4,9 +4,11 @@ Greedy output does not depend on the mode, so one ``ar`` decode per prompt fixes
 would accept: at each position, how many of the n-gram proposer's tokens match the continuation (and after a
 match of how many tokens), and how many of the draft's greedy tokens do. This replays the fixed modes and
 :class:`Chooser` (``ar``, ``sd`` and ``lookup`` arms, one chooser across the prompts, as in a pass) over those
-outcomes and prices every forward at the cost table (plus each mode's step time), so what it prints is the
-quality of the choices alone, free of the machine's timing noise: tokens/s of ``auto`` against the best fixed mode
-on the same text. The chooser here prices by the table (``adapt`` off), as it would on a quiet machine.
+outcomes and prices every forward at the cost table (plus each mode's step time per verified token, which the
+chooser is given as it would have learned it), so what it prints is the quality of the choices alone, free of the
+machine's timing noise: tokens/s of ``auto`` against the best fixed mode on the same text. The chooser here prices
+by the table (``adapt`` off), as it would on a quiet machine. Beside it, the best fixed modes with a block at every
+position: how much of the best fixed mode's lead comes from where its blocks happen to start.
 
     python benchmarks/auto_replay.py --pair smollm2 --slim benchmarks/results/smollm2_light.json --prompts 6 \
         --max-new-tokens 48 --seeds 4
@@ -33,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from bench_tiers import workload  # noqa: E402
 
 LONGEST = GAMMAS[-1]
+STEP_GAMMA = 2  # the γ Decoder.measure_steps times its blocks at
 
 
 @dataclass
@@ -67,19 +70,38 @@ def positions(dec: Decoder, ids: torch.Tensor, max_new_tokens: int) -> tuple[lis
     return out, start
 
 
+def overhead(costs: Costs) -> dict[str, float]:
+    """Each mode's step time per verified token, as :meth:`Chooser.observe_overhead` keeps it: the table's steps
+    are per block, measured at γ = :data:`STEP_GAMMA` (one verified token a block for ``ar``)."""
+    return {m: costs.step(m) / (1 if m == "ar" else STEP_GAMMA + 1) for m in ("ar", "sd", "lookup")}
+
+
 def block(arm: Arm, pos: Position, left: int, costs: Costs, lag: int) -> tuple[int, float, list]:
     """(tokens emitted, seconds, observations) of one block of ``arm`` at ``pos`` with ``left`` tokens to go."""
+    step = overhead(costs)[arm.mode]
     if arm.mode == "ar":
-        return 1, costs("full", 1) + costs.step("ar"), []
+        return 1, costs("full", 1) + step, []
     gamma = min(arm.gamma, pos.offered) if arm.mode == "lookup" else arm.gamma
     run = pos.lookup_run if arm.mode == "lookup" else pos.draft_run
     accepted = min(gamma, run, left - 1)
     tested = min(accepted + 1, gamma)
-    seconds = costs("full", gamma + 1) + costs.step(arm.mode)
+    seconds = costs("full", gamma + 1) + step * (gamma + 1)
     pair = ("lookup", "full") if arm.mode == "lookup" else ("draft", "full")
     if arm.mode == "sd":
         seconds += costs("draft", lag + 1) + (gamma - 1) * costs("draft", 1)
     return accepted + 1, seconds, [(*pair, accepted, tested)]
+
+
+def everywhere(paths: list[list[Position]], costs: Costs, arm: Arm) -> float:
+    """Tokens/s of ``arm``'s blocks averaged over every position (each at no lag), not only those its own path
+    starts at: where a fixed arm's blocks start depends on its γ, and on a few hundred greedy tokens that alone
+    moves its speed by several per cent, the same in every pass (greedy text does not change)."""
+    tokens = seconds = 0.0
+    for path in paths:
+        for t, pos in enumerate(path):
+            made, spent, _ = block(arm, pos, len(path) - t, costs, 0)
+            tokens, seconds = tokens + made, seconds + spent
+    return tokens / seconds
 
 
 def replay(path: list[Position], costs: Costs, policy, chooser: Chooser | None = None,
@@ -157,7 +179,8 @@ def main() -> None:
         best = max(speed, key=speed.__getitem__)
         autos, chosen = [], {}
         for seed in range(args.seeds):
-            chooser = Chooser(costs, arms(draft=True, slim=False), calibrated=dict(calibrated), adapt=False)
+            chooser = Chooser(costs, arms(draft=True, slim=False), calibrated=dict(calibrated), adapt=False,
+                              overhead=overhead(costs))
             rng = random.Random(seed)
             tokens, seconds = [], []
             for p in paths:
@@ -171,6 +194,10 @@ def main() -> None:
               + f"; auto {' '.join(f'{a / base:.3f}' for a in autos)}x ar = "
               f"{sum(autos) / len(autos) / speed[best]:.3f} of {best}")
         print("  auto's choices: " + ", ".join(f"{k} {v}" for k, v in sorted(chosen.items(), key=lambda kv: -kv[1])))
+        every = {label: everywhere(paths, costs, arm) for arm in fixed if (label := arm.label) in dict(top)}
+        print("  a block at every position (no luck in where blocks start): "
+              + ", ".join(f"{k} {v / base:.3f}x" for k, v in every.items())
+              + f"; {best} on its own path is {speed[best] / max(every.values()):.3f}x the best of these")
 
 
 if __name__ == "__main__":
