@@ -27,7 +27,7 @@ import torch
 from transformers.utils import logging
 
 from dimr.decoding import DecodeConfig, Decoder
-from dimr.decoding.auto import GAMMAS, RUN, Arm, Chooser, arms
+from dimr.decoding.auto import GAMMAS, Arm, Chooser, arms, drive
 from dimr.decoding.costs import Costs
 from dimr.decoding.proposer import lookup_match
 
@@ -104,37 +104,59 @@ def everywhere(paths: list[list[Position]], costs: Costs, arm: Arm) -> float:
     return tokens / seconds
 
 
-def replay(path: list[Position], costs: Costs, policy, chooser: Chooser | None = None,
+class Replay:
+    """One prompt's known outcomes walked by ``auto``'s own loop (a :class:`dimr.decoding.auto.Walk`), every block
+    priced at ``costs``."""
+
+    def __init__(self, path: list[Position], costs: Costs) -> None:
+        self.path, self.costs = path, costs
+        self.t, self.seconds, self.draft_lag, self.mark = 0, 0.0, 0, 0
+
+    @property
+    def done(self) -> bool:
+        return self.t >= len(self.path)
+
+    @property
+    def remaining(self) -> int:
+        return len(self.path) - self.t
+
+    def lag(self) -> dict[str, int]:
+        return {"draft": self.draft_lag}
+
+    def lookup(self) -> tuple[int, int]:
+        self.mark = self.t
+        return self.path[self.t].offered, self.path[self.t].ngram
+
+    def ngram(self) -> int:
+        return self.path[self.t].ngram
+
+    def block(self, arm: Arm) -> list:
+        made, spent, seen = block(arm, self.path[self.t], self.remaining, self.costs, self.draft_lag)
+        self.draft_lag = 0 if arm.mode == "sd" else self.draft_lag + made
+        self.t, self.seconds = self.t + made, self.seconds + spent
+        return seen
+
+    def lookup_seen(self) -> list:
+        pos = self.path[self.mark]
+        shown = min(pos.offered, self.t - self.mark)
+        if not shown:
+            return []
+        accepted = min(pos.lookup_run, shown)
+        return [("lookup", "full", accepted, min(accepted + 1, shown))]
+
+    def spent(self, arm: Arm, blocks: int, seconds: float) -> None:
+        pass  # the chooser prices by the table here (adapt off): nothing to learn from the clock
+
+
+def replay(path: list[Position], costs: Costs, policy: Arm | None, chooser: Chooser | None = None,
            rng: random.Random | None = None) -> tuple[int, float]:
     """Tokens and seconds of one prompt decoded by ``policy`` (a fixed arm) or by ``chooser``."""
-    from dimr.decoding.auto import _by_match
-
-    t, seconds, lag, run, last = 0, 0.0, 0, 0, None
-    n = len(path)
+    walk = Replay(path, costs)
     if chooser is not None:
-        chooser.new_prompt()
-    while t < n:
-        pos = path[t]
-        if chooser is None:
-            arm, blocks = policy, 1
-        else:
-            arm = chooser.choose(rng, {"draft": lag}, pos.offered, pos.ngram, n - t)
-            run = min(2 * run, RUN) if arm == last and not chooser.probing else 1
-            last, blocks = arm, run
-        seen, began = [], t
-        for b in range(blocks):
-            if t >= n or (b and arm.mode == "lookup" and path[t].ngram != pos.ngram):
-                break
-            made, spent, obs = block(arm, path[t], n - t, costs, lag)
-            lag = 0 if arm.mode == "sd" else lag + made
-            t, seconds, seen = t + made, seconds + spent, seen + obs
-        if chooser is not None:
-            if arm.mode != "lookup" and pos.offered:
-                shown = min(pos.offered, t - began)
-                accepted = min(pos.lookup_run, shown)
-                seen.append(("lookup", "full", accepted, min(accepted + 1, shown)))
-            chooser.observe(_by_match(seen, pos.ngram))
-    return n, seconds
+        drive(chooser, rng, walk)
+    while not walk.done:
+        walk.block(policy)
+    return len(path), walk.seconds
 
 
 def main() -> None:
@@ -147,7 +169,8 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=4, help="auto replays, each with its own draws")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--costs", help="cost table JSON: read if it exists, else measured and written there")
-    ap.add_argument("--paths", help="JSON of the greedy outcomes per workload: read if it exists, else written")
+    ap.add_argument("--paths", help="JSON of the greedy outcomes per workload: read if it exists (extended when it"
+                    " holds fewer prompts), else written")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     logging.disable_progress_bar()
@@ -165,12 +188,13 @@ def main() -> None:
     print(f"{args.pair}: full c(1) {full * 1e3:.2f} ms, c(3)/c(1) {costs('full', 3) / full:.2f},"
           f" c(5)/c(1) {costs('full', 5) / full:.2f}; draft c(1)/full c(1) {costs('draft', 1) / full:.3f}")
     for name in args.workloads.split(","):
-        if name not in cached:
-            cached[name] = [[astuple(x) for x in positions(dec, dec.encode(p), args.max_new_tokens)[0]]
-                            for p in workload(args.pair, name, args.prompts)]
+        have = cached.setdefault(name, [])  # the first N prompts' outcomes: a cache of more serves fewer
+        if len(have) < args.prompts:
+            have += [[astuple(x) for x in positions(dec, dec.encode(p), args.max_new_tokens)[0]]
+                     for p in workload(args.pair, name, args.prompts)[len(have):]]
             if args.paths:
                 Path(args.paths).write_text(json.dumps(cached))
-        paths = [[Position(*x) for x in path] for path in cached[name]]
+        paths = [[Position(*x) for x in path] for path in have[: args.prompts]]
         speed = {}
         for arm in fixed:
             tokens, seconds = zip(*(replay(p, costs, arm) for p in paths), strict=True)

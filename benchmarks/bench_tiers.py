@@ -39,7 +39,15 @@ PROSE = ("The history of the printing press begins in", "Once upon a time, in a 
          "The main causes of the French Revolution were", "Photosynthesis is the process by which",
          # held out (--warm): the first four are the measured set at --prompts 4
          "The first railways in England were built to", "In the winter of that year, the old lighthouse keeper",
-         "The human heart has four chambers, and", "Most of the water on Earth is found in")
+         "The human heart has four chambers, and", "Most of the water on Earth is found in",
+         # more openings for larger runs (--prompts 16 --warm 4): on a few hundred greedy tokens, where a fixed
+         # mode's blocks happen to start moves its speed by several per cent
+         "The Roman roads were built so that", "When the storm finally passed, the fishermen",
+         "A volcano forms when", "The library in our town was founded by",
+         "Bees communicate with each other by", "The recipe for bread has only a few ingredients:",
+         "During the nineteenth century, the population of London", "The old clock in the hallway had stopped at",
+         "Rivers carry sediment from the mountains to", "The students walked into the classroom and saw",
+         "Electric current flows through a wire when", "On the morning of the race, the runners")
 
 
 def workload(pair: str, name: str, n: int, skip: int = 0) -> list[str]:

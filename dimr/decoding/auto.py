@@ -75,6 +75,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 from torch import Tensor
@@ -427,65 +428,138 @@ def _by_match(seen: list[modes.Observation], ngram: int) -> list[modes.Observati
     return out
 
 
+class Walk(Protocol):
+    """What :func:`drive` needs of a decode: :func:`auto`'s own, or a replay of known outcomes (the benchmark
+    ``auto_replay.py`` replays greedy decodes against a cost table with this same loop)."""
+
+    @property
+    def done(self) -> bool: ...
+
+    @property
+    def remaining(self) -> int: ...
+
+    def lag(self) -> dict[str, int]:
+        """Tokens each cached tier other than the full verifier is behind."""
+
+    def lookup(self) -> tuple[int, int]:
+        """The n-gram proposal at the current position: its length and the length of the match it came from."""
+
+    def ngram(self) -> int:
+        """The length of the n-gram match at the current position (what :meth:`lookup` would return second)."""
+
+    def block(self, arm: Arm) -> list[modes.Observation]:
+        """Run one block of ``arm``."""
+
+    def lookup_seen(self) -> list[modes.Observation]:
+        """The n-gram proposal of the last :meth:`lookup` against the tokens emitted since."""
+
+    def spent(self, arm: Arm, blocks: int, seconds: float) -> None:
+        """``blocks`` blocks of ``arm`` took ``seconds`` of wall time (forwards included)."""
+
+
+def drive(chooser: Chooser, rng: random.Random, walk: Walk) -> None:
+    """``auto``'s loop: a choice, a stretch of its blocks, the observations; until the walk is done."""
+    chooser.new_prompt()
+    run, last = 0, None  # blocks the last choice ran, and its arm
+    while not walk.done:
+        offered, ngram = walk.lookup()
+        arm = chooser.choose(rng, walk.lag(), offered, ngram, walk.remaining)
+        run = min(2 * run, RUN) if arm == last and not chooser.probing else 1
+        last = arm
+        seen, blocks, spent = [], 0, 0.0
+        for _ in range(run):
+            if walk.done or (blocks and arm.mode == "lookup" and walk.ngram() != ngram):
+                break  # a later n-gram block goes on only from a match as long as the one it was priced at
+            blocks += 1
+            began = time.perf_counter()
+            seen += walk.block(arm)
+            spent += time.perf_counter() - began
+        if arm.mode != "lookup":
+            seen += walk.lookup_seen()
+        chooser.observe(_by_match(seen, ngram))
+        walk.spent(arm, blocks, spent)
+
+
+class _Decode:
+    """:func:`auto`'s walk: blocks of the real tiers on one sequence."""
+
+    def __init__(self, chooser: Chooser, full: Tier, draft: Tier | None, slim: Tier | None, out: Output,
+                 generator: torch.Generator | None, vocab_size: int, trace: list | None,
+                 escalate: modes.Escalate | None) -> None:
+        from dimr.decoding.proposer import ModelProposer
+
+        self.chooser, self.full, self.draft, self.slim, self.out = chooser, full, draft, slim, out
+        self.generator, self.trace, self.escalate = generator, trace, escalate
+        self.proposers: dict[str, Proposer] = {"lookup": NgramProposer(vocab_size)}
+        if draft is not None:
+            self.proposers["sd"] = ModelProposer(draft)
+        if slim is not None:
+            self.proposers["self"] = ModelProposer(slim)
+        self.timed = [t for t in (full, draft, slim) if t is not None and t.timed]
+        self.proposal, self.mark = out.ids[:0], out.ids.numel()
+
+    @property
+    def done(self) -> bool:
+        return self.out.done
+
+    @property
+    def remaining(self) -> int:
+        return self.out.remaining
+
+    def lag(self) -> dict[str, int]:
+        n = self.out.ids.numel()
+        return {t.name: n - 1 - t.length for t in (self.draft, self.slim) if t is not None}
+
+    def lookup(self) -> tuple[int, int]:
+        ids = self.out.ids
+        self.proposal, ngram = lookup_match(ids, GAMMAS[-1])
+        self.mark = ids.numel()
+        return self.proposal.numel(), ngram
+
+    def ngram(self) -> int:
+        return lookup_match(self.out.ids, 1)[1]
+
+    def block(self, arm: Arm) -> list[modes.Observation]:
+        out, full, generator = self.out, self.full, self.generator
+        start, state = out.ids, generator.get_state() if self.trace is not None else None
+        if arm.mode == "ar":
+            seen = modes.ar_block(full, out, generator)
+        elif arm.mode == "hier":
+            seen = modes.hier_block(self.proposers["sd"], self.slim, full, out, arm.gamma, arm.window, generator,
+                                    escalate=self.escalate)
+        else:
+            seen = modes.sd_block(self.proposers[arm.mode], full, out, arm.gamma, generator)
+        if self.trace is not None:
+            self.trace.append((arm, start, state, out.ids[start.numel():].tolist()))
+        return seen
+
+    def lookup_seen(self) -> list[modes.Observation]:
+        return _lookup_seen(self.proposal, self.out.ids[self.mark:])
+
+    def spent(self, arm: Arm, blocks: int, seconds: float) -> None:
+        if not self.timed:
+            return
+        forwards = sum(s for t in self.timed for _, s in t.log)
+        gamma = min(arm.gamma, self.proposal.numel()) if arm.mode == "lookup" else arm.gamma
+        self.chooser.observe_overhead(arm.mode, (seconds - forwards) / max(blocks, 1), verified(arm, gamma))
+        for t in self.timed:
+            self.chooser.observe_forwards(t.name, t.log)
+            t.log.clear()
+
+
 @torch.inference_mode()
 def auto(chooser: Chooser, full: Tier, draft: Tier | None, slim: Tier | None, prompt: Tensor,
          config: DecodeConfig, vocab_size: int, trace: list | None = None,
          escalate: modes.Escalate | None = None) -> DecodeResult:
     """Decode block by block with the arm the chooser picks. ``trace``, if given, receives one
     (arm, sequence before the block, generator state before the block, tokens emitted) per block."""
-    from dimr.decoding.proposer import ModelProposer
-
     out = Output(prompt, config, DecodeStats("auto", config.gamma), [full, draft, slim])
-    generator, rng = config.generator(prompt.device), random.Random(config.seed)
-    proposers: dict[str, Proposer] = {"lookup": NgramProposer(vocab_size)}
-    if draft is not None:
-        proposers["sd"] = ModelProposer(draft)
-    if slim is not None:
-        proposers["self"] = ModelProposer(slim)
-    chooser.new_prompt()
-    timed = [t for t in (full, draft, slim) if t is not None and t.timed]
-    for t in timed:
+    walk = _Decode(chooser, full, draft, slim, out, config.generator(prompt.device), vocab_size, trace, escalate)
+    for t in walk.timed:
         t.log = []
-
-    def one_block(arm: Arm) -> list[modes.Observation]:
-        if arm.mode == "ar":
-            return modes.ar_block(full, out, generator)
-        if arm.mode == "hier":
-            return modes.hier_block(proposers["sd"], slim, full, out, arm.gamma, arm.window, generator,
-                                    escalate=escalate)
-        return modes.sd_block(proposers[arm.mode], full, out, arm.gamma, generator)
-
-    run, last = 0, None  # blocks the last choice ran, and its arm
     try:
-        while not out.done:
-            ids = out.ids
-            proposal, ngram = lookup_match(ids, GAMMAS[-1])
-            lag = {t.name: ids.numel() - 1 - t.length for t in (draft, slim) if t is not None}
-            arm = chooser.choose(rng, lag, proposal.numel(), ngram, out.remaining)
-            run = min(2 * run, RUN) if arm == last and not chooser.probing else 1
-            last = arm
-            seen, blocks, spent = [], 0, 0.0
-            for _ in range(run):
-                if out.done or (blocks and arm.mode == "lookup" and lookup_match(out.ids, arm.gamma)[1] != ngram):
-                    break  # a later n-gram block goes on only from a match as long as the one it was priced at
-                blocks += 1
-                start, state = out.ids, generator.get_state() if trace is not None else None
-                began = time.perf_counter()
-                seen += one_block(arm)
-                spent += time.perf_counter() - began
-                if trace is not None:
-                    trace.append((arm, start, state, out.ids[start.numel():].tolist()))
-            if arm.mode != "lookup":
-                seen += _lookup_seen(proposal, out.ids[ids.numel():])
-            chooser.observe(_by_match(seen, ngram))
-            if timed:
-                forwards = sum(seconds for t in timed for _, seconds in t.log)
-                size = verified(arm, min(arm.gamma, proposal.numel()) if arm.mode == "lookup" else arm.gamma)
-                chooser.observe_overhead(arm.mode, (spent - forwards) / max(blocks, 1), size)
-            for t in timed:
-                chooser.observe_forwards(t.name, t.log)
-                t.log.clear()
+        drive(chooser, random.Random(config.seed), walk)
     finally:
-        for t in timed:
+        for t in walk.timed:
             t.log = None
     return out.result()
