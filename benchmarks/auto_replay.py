@@ -56,8 +56,8 @@ def leading(a: torch.Tensor, b: torch.Tensor) -> int:
 
 
 @torch.inference_mode()
-def positions(dec: Decoder, ids: torch.Tensor, max_new_tokens: int) -> tuple[list[Position], int]:
-    """Every position of ``ids``'s greedy continuation, and the prompt's length."""
+def positions(dec: Decoder, ids: torch.Tensor, max_new_tokens: int) -> list[Position]:
+    """Every position of ``ids``'s greedy continuation."""
     tokens = dec.run(ids, "ar", DecodeConfig(max_new_tokens=max_new_tokens, temperature=0.0)).tokens
     seq = torch.cat([ids.view(-1), torch.tensor(tokens, dtype=ids.dtype)])
     start, out = ids.numel(), []
@@ -67,7 +67,7 @@ def positions(dec: Decoder, ids: torch.Tensor, max_new_tokens: int) -> tuple[lis
         draft = dec.draft.model.generate(prefix.view(1, -1), max_new_tokens=LONGEST, do_sample=False,
                                          min_new_tokens=LONGEST)[0, prefix.numel():]
         out.append(Position(ngram, proposal.numel(), leading(proposal, rest), leading(draft, rest)))
-    return out, start
+    return out
 
 
 def overhead(costs: Costs) -> dict[str, float]:
@@ -76,9 +76,11 @@ def overhead(costs: Costs) -> dict[str, float]:
     return {m: costs.step(m) / (1 if m == "ar" else STEP_GAMMA + 1) for m in ("ar", "sd", "lookup")}
 
 
-def block(arm: Arm, pos: Position, left: int, costs: Costs, lag: int) -> tuple[int, float, list]:
-    """(tokens emitted, seconds, observations) of one block of ``arm`` at ``pos`` with ``left`` tokens to go."""
-    step = overhead(costs)[arm.mode]
+def block(arm: Arm, pos: Position, left: int, costs: Costs, steps: dict[str, float], lag: int
+          ) -> tuple[int, float, list]:
+    """(tokens emitted, seconds, observations) of one block of ``arm`` at ``pos`` with ``left`` tokens to go;
+    ``steps``: :func:`overhead`'s."""
+    step = steps[arm.mode]
     if arm.mode == "ar":
         return 1, costs("full", 1) + step, []
     gamma = min(arm.gamma, pos.offered) if arm.mode == "lookup" else arm.gamma
@@ -97,9 +99,10 @@ def everywhere(paths: list[list[Position]], costs: Costs, arm: Arm) -> float:
     starts at: where a fixed arm's blocks start depends on its γ, and on a few hundred greedy tokens that alone
     moves its speed by several per cent, the same in every pass (greedy text does not change)."""
     tokens = seconds = 0.0
+    steps = overhead(costs)
     for path in paths:
         for t, pos in enumerate(path):
-            made, spent, _ = block(arm, pos, len(path) - t, costs, 0)
+            made, spent, _ = block(arm, pos, len(path) - t, costs, steps, 0)
             tokens, seconds = tokens + made, seconds + spent
     return tokens / seconds
 
@@ -109,7 +112,7 @@ class Replay:
     priced at ``costs``."""
 
     def __init__(self, path: list[Position], costs: Costs) -> None:
-        self.path, self.costs = path, costs
+        self.path, self.costs, self.steps = path, costs, overhead(costs)
         self.t, self.seconds, self.draft_lag, self.mark = 0, 0.0, 0, 0
 
     @property
@@ -131,7 +134,7 @@ class Replay:
         return self.path[self.t].ngram
 
     def block(self, arm: Arm) -> list:
-        made, spent, seen = block(arm, self.path[self.t], self.remaining, self.costs, self.draft_lag)
+        made, spent, seen = block(arm, self.path[self.t], self.remaining, self.costs, self.steps, self.draft_lag)
         self.draft_lag = 0 if arm.mode == "sd" else self.draft_lag + made
         self.t, self.seconds = self.t + made, self.seconds + spent
         return seen
@@ -190,7 +193,7 @@ def main() -> None:
     for name in args.workloads.split(","):
         have = cached.setdefault(name, [])  # the first N prompts' outcomes: a cache of more serves fewer
         if len(have) < args.prompts:
-            have += [[astuple(x) for x in positions(dec, dec.encode(p), args.max_new_tokens)[0]]
+            have += [[astuple(x) for x in positions(dec, dec.encode(p), args.max_new_tokens)]
                      for p in workload(args.pair, name, args.prompts)[len(have):]]
             if args.paths:
                 Path(args.paths).write_text(json.dumps(cached))
