@@ -653,6 +653,29 @@ def test_auto_stretch_of_ngram_blocks_ends_where_the_match_changes(decoder: Deco
     assert any(len(stretch) > 1 for stretch in stretches)  # stretches still run where the match holds
 
 
+def test_auto_stretch_of_model_drafts_ends_where_a_longer_match_appears(decoder: Decoder):
+    """A stretch of another mode's blocks stops where a longer n-gram match than the one at its choice appears, so
+    the n-gram arms are priced there (on mini's greedy prose, sd stretches ran on through repeats where n-gram
+    blocks were faster)."""
+    from dimr.decoding.proposer import lookup_match
+
+    config = DecodeConfig(max_new_tokens=NEW_TOKENS, temperature=0.8, seed=3)
+    costs = Costs({"draft": {1: 0.01}, "slim": {1: 1.0}, "full": {1: 1.0}}, "test")
+    chooser = Chooser(costs, [Arm("sd", 2), Arm("lookup", 2)])
+    chooser.counts[("draft", "full")] = [1e3, 0.0]  # sd wins every choice: only the stretches' ends vary
+    trace: list = []
+    starts: list[int] = []
+    choose = chooser.choose
+    chooser.choose = lambda *a, **k: (starts.append(len(trace)), choose(*a, **k))[1]
+    prompt = torch.cat([PROMPT, PROMPT, PROMPT[:4]])
+    auto(chooser, decoder.full, decoder.draft, decoder.slim, prompt, config, decoder.vocab_size, trace)
+    assert {a.mode for a, *_ in trace} == {"sd"}
+    ngrams = [lookup_match(start, 2)[1] for _, start, _, _ in trace]
+    stretches = [ngrams[i:j] for i, j in zip(starts, [*starts[1:], len(trace)], strict=True)]
+    assert all(max(stretch[1:], default=0) <= stretch[0] for stretch in stretches)
+    assert any(len(stretch) > 1 for stretch in stretches)
+
+
 # --- the cost model --------------------------------------------------------------------------------------
 
 COSTS = Costs({"full": {1: 0.050, 5: 0.085, 9: 0.120}, "draft": {1: 0.010}, "slim": {1: 0.030, 3: 0.040,
