@@ -13,7 +13,7 @@ from test_decoding_dist import P_PASS, broken_accept, chi_square_p, exact_two_to
 
 from dimr.decoding import DecodeConfig, modes
 from dimr.decoding.auto import MIN_TESTED, PRIOR, Arm, Chooser, arms, auto
-from dimr.decoding.costs import GPUS, Acceptance, Costs, monotone, predict, predict_from_counts, roofline
+from dimr.decoding.costs import GPUS, Acceptance, Costs, fill, monotone, predict, predict_from_counts, roofline
 from dimr.decoding.decoder import Decoder
 from dimr.decoding.proposer import ModelProposer, NgramProposer, lookup, lookup_match
 from dimr.decoding.sampling import Sampler
@@ -480,7 +480,8 @@ def test_auto_tests_hier_draft_against_the_slim_before_the_draws_decide():
     """hier's inner pair (the draft against the slim) is only seen when hier runs: on mini at T = 0.7 on the task
     (hier@4x12 the fastest fixed mode) it never ran, its draws at the prior's mean 1/3 losing to sd's. Once sd
     and self are tested, hier(1, 4) runs until the draft has been tested against the slim on MIN_TESTED tokens,
-    if hier could win were those drafts always accepted; then the draws decide."""
+    if hier could win were those drafts always accepted; then the draws decide, each draw of the inner pair held
+    within the band the draft's and the slim's acceptance by the full verifier allow."""
     import random
 
     # a cheap slim that the full verifier nearly always accepts, a draft that the full verifier rarely does
@@ -491,6 +492,10 @@ def test_auto_tests_hier_draft_against_the_slim_before_the_draws_decide():
     assert {chooser.choose(rng, {"draft": 0, "slim": 0}, 0).label for _ in range(20)} == {"hier/1/4"}
     assert chooser.probing
     chooser.observe([("draft", "slim", 7, MIN_TESTED)])
+    # a draft accepted 7 in 8 by a slim that the full verifier accepts 0.95 of the time cannot be accepted 1 in 4
+    # by the full: its draws against the slim stay within its draws against the full ± 0.05, and hier loses
+    assert all(chooser.choose(rng, {"draft": 0, "slim": 0}, 0).mode != "hier" for _ in range(20))
+    chooser.observe([("draft", "full", 30, 32)])  # the draft's evidence against the full catches up
     picked = [chooser.choose(rng, {"draft": 0, "slim": 0}, 0) for _ in range(20)]
     assert not chooser.probing and sum(a.mode == "hier" for a in picked) > 10  # the draws now favour hier
     assert any(a.mode == "hier" and a != Arm("hier", 1, 4) for a in picked)  # at the longer Γ its evidence allows
@@ -499,6 +504,22 @@ def test_auto_tests_hier_draft_against_the_slim_before_the_draws_decide():
     poor.observe([("draft", "full", 2, MIN_TESTED), ("slim", "full", 5, 100)])
     assert all(poor.choose(rng, {"draft": 0, "slim": 0}, 0).mode != "hier" for _ in range(20))
 
+
+def test_inner_acceptance_band_holds_for_any_three_distributions():
+    """Speculative sampling accepts a draft from q against p with probability Σ min(p, q) = 1 − TV(p, q); by the
+    triangle inequality the draft's acceptance against the slim is within its acceptance against the full ± (1 −
+    the slim's). Checked on random next-token laws (and on one-hot ones, greedy), then within_band's clamp."""
+    from dimr.decoding.auto import within_band
+
+    rng = np.random.default_rng(0)
+    for sharp in (0.3, 1.0, 30.0):
+        d, s, f = (rng.dirichlet(np.full(50, 1.0 / sharp), size=200) for _ in range(3))
+        ds, df, sf = (np.minimum(x, y).sum(-1).mean() for x, y in ((d, s), (d, f), (s, f)))
+        assert abs(ds - df) <= 1 - sf + 1e-12 and within_band(ds, df, sf) == ds
+    d, s, f = (np.eye(5)[rng.integers(0, 5, 1000)] for _ in range(3))  # greedy: acceptance = the argmaxes agree
+    ds, df, sf = ((x * y).sum(-1).mean() for x, y in ((d, s), (d, f), (s, f)))
+    assert abs(ds - df) <= 1 - sf
+    assert within_band(0.9, 0.3, 0.95) == pytest.approx(0.35) and within_band(0.1, 0.3, 0.95) == pytest.approx(0.25)
 
 def test_expected_tokens_of_a_first_and_a_rest_rate_match_an_enumeration():
     """(first, rest): the first draft accepted at one rate, each later one (after accepted ones) at another. The
@@ -697,6 +718,23 @@ def test_a_measured_row_never_falls_with_more_tokens():
     assert monotone({2: 1.0, 1: 2.0}) == {1: 1.0, 2: 1.0}
 
 
+@pytest.mark.parametrize(("gamma", "window", "alpha"), [(2, 8, 0.5), (4, 12, 0.8), (1, 4, 0.3), (4, 4, 1.0)])
+def test_hier_window_fill_matches_a_simulation(gamma: int, window: int, alpha: float):
+    """The expected seconds of the inner rounds that fill hier's window against a numpy simulation of them: each
+    round drafts min(γ, room) tokens, accepts up to the first rejection and adds one token."""
+    rng, total, n = np.random.default_rng(0), 0.0, 20000
+    for _ in range(n):
+        room = window
+        while room > 0:
+            g = min(gamma, room)
+            total += g * COSTS("draft", 1) + COSTS("slim", g + 1)
+            rejected = np.flatnonzero(rng.random(g) >= alpha)
+            room -= (rejected[0] if rejected.size else g) + 1
+    assert fill(window, gamma, alpha, COSTS) == pytest.approx(total / n, rel=0.01)
+    if alpha == 1.0:  # every round drafts γ and yields γ + 1 until the window is full
+        assert fill(window, gamma, alpha, COSTS) == pytest.approx(
+            math.ceil(window / (gamma + 1)) * (gamma * 0.010 + COSTS("slim", gamma + 1)))
+
 def test_predictions_equal_hand_computation():
     acc = Acceptance({("draft", "full"): 0.6, ("slim", "full"): 0.8, ("draft", "slim"): 0.5,
                       ("lookup", "full"): 0.3})
@@ -707,11 +745,11 @@ def test_predictions_equal_hand_computation():
     assert predict("self", 2, acc, COSTS) == pytest.approx(2.44 / 0.1275)
     # lookup, γ = 4: (1 − 0.3⁵)/0.7 = 1.4251 tokens for c(full, 5) = 0.085 s
     assert predict("lookup", 4, acc, COSTS) == pytest.approx(1.4251 / 0.085)
-    # hier, γ = 2, Γ = 8: inner blocks yield (1 − 0.5³)/0.5 = 1.75 slim tokens for 2·0.010 + c(slim, 3)
-    # = 0.060 s; 8/1.75 of them fill the window; the full forward of 9 tokens costs 0.120 s and yields
-    # (1 − 0.8⁹)/0.2 = 4.3289 tokens
-    assert predict("hier", 2, acc, COSTS, window=8) == pytest.approx(4.3289 / (8 / 1.75 * 0.060 + 0.120),
-                                                                     rel=1e-4)
+    # hier, γ = 2, Γ = 3: rounds fill the window; f[r] = seconds to fill r more slim tokens. r = 1: one draft
+    # (0.010) + c(slim, 2) = 0.035 always fills it: 0.045. r = 2: 2·0.010 + c(slim, 3) = 0.060, and one more
+    # round of r = 1 when the first draft is rejected (1/2): 0.0825. r = 3: 0.060 + ½·f[2] + ¼·f[1] = 0.1125.
+    # The full forward of 4 tokens costs 0.07625 s and yields (1 − 0.8⁴)/0.2 = 2.952 tokens
+    assert predict("hier", 2, acc, COSTS, window=3) == pytest.approx(2.952 / (0.1125 + 0.07625))
     # counts: 30 full forwards of 5 tokens on average and 120 draft forwards → 100 tokens in 3.75 s
     assert predict_from_counts(100, {"full": 30, "draft": 120, "slim": 0}, {"full": 150, "draft": 120,
                                                                             "slim": 0}, COSTS) == 100 / 3.75

@@ -111,6 +111,7 @@ RUN = 4  # an arm chosen again and again runs 1, 2, 4… blocks per choice, up t
 # tokens a model-drafted pair (sd's, self's) is tested on before the draws alone decide whether it runs again
 MIN_TESTED = 8
 LOOKUP = ("lookup", "full")
+INNER = ("draft", "slim")  # hier's inner pair
 # a pair is tested only if its mode could then beat every arm by this factor: a mode that only ties at best
 # (smollm2's slim, 1.00–1.06× ar were it always accepted) is not worth the test's cost
 WORTH = 1.1
@@ -140,7 +141,7 @@ class Arm:
 
 # (mode, the pair its probe tests, the probe's arm): hier's inner pair is only seen when hier runs, as sd's is
 PROBES = (("sd", DRAFTS["sd"], Arm("sd", 1)), ("self", DRAFTS["self"], Arm("self", 1)),
-          ("hier", ("draft", "slim"), Arm("hier", *HIER[0])))
+          ("hier", INNER, Arm("hier", *HIER[0])))
 
 
 def arms(draft: bool, slim: bool) -> list[Arm]:
@@ -314,13 +315,15 @@ class Chooser:
             means[pair] = (a + pa) / (a + r + pa + pr)
             rates[pair] = rng.betavariate(a + pa, r + pr)
             limit[pair] = 1 + a  # γ (Γ) runs at most 1 + the tokens the pair has seen accepted
+        for rate in (rates, means):
+            rate[INNER] = within_band(rate[INNER], rate[DRAFTS["sd"]], rate[DRAFTS["self"]])
 
         def gamma(arm: Arm) -> int:  # what the arm drafts now: lookup offers at most ``lookup_len`` tokens
             return min(arm.gamma, lookup_len) if arm.mode == "lookup" else arm.gamma
 
         def allowed(arm: Arm) -> bool:
             if arm.mode == "hier":
-                return arm.gamma <= limit[("draft", "slim")] and arm.window <= limit[("slim", "full")]
+                return arm.gamma <= limit[INNER] and arm.window <= limit[("slim", "full")]
             return arm.mode not in DRAFTS or gamma(arm) <= limit[DRAFTS[arm.mode]]
 
         memo: dict[tuple[str, int], float] = {}
@@ -387,6 +390,17 @@ def _pair(key: str) -> tuple[str, str]:
     if not first or not second:
         raise ValueError(f"{key!r} is not a tier pair")
     return first, second
+
+
+def within_band(inner: float, draft: float, slim: float) -> float:
+    """The draft's acceptance against the slim verifier (``inner``) moved into the band the other two pairs allow:
+    an acceptance is 1 − the expected total variation between the two tiers' next-token laws (greedy: the rate at
+    which their tokens agree), and by the triangle inequality the draft's distance to the slim differs from its
+    distance to the full verifier by at most the slim's own, so ``inner`` lies within ``draft`` ± (1 − ``slim``).
+    hier's inner pair is seen only when hier runs; sd's and self's pairs are seen far more often, and bound it: drawn
+    alone from a few dozen tokens, it had run hier where the means priced it 15% below sd (mini, prose, T = 0.7)."""
+    gap = 1.0 - slim
+    return min(max(inner, draft - gap), draft + gap)
 
 
 def predictive_tail(accepted: int, tested: int, a: float, b: float) -> float:

@@ -237,6 +237,33 @@ def expected_tokens(alpha: float | tuple[float, float], gamma: int) -> float:
     return (1 - alpha ** (gamma + 1)) / (1 - alpha)
 
 
+
+def accepted_law(alpha: float | tuple[float, float], gamma: int) -> list[float]:
+    """P(k of γ drafted tokens accepted), k = 0..γ, with :func:`expected_tokens`'s acceptance (i.i.d. α, or (first,
+    rest)): the test stops at the first rejection."""
+    first, rest = alpha if isinstance(alpha, tuple) else (alpha, alpha)
+    out, reach = [], 1.0  # reach: P(the first k drafts accepted)
+    for k in range(gamma):
+        rate = first if k == 0 else rest
+        out.append(reach * (1.0 - rate))
+        reach *= rate
+    return out + [reach]
+
+
+def fill(window: int, gamma: int, alpha: float | tuple[float, float], costs: Callable[[str, int], float],
+         proposer: str = "draft") -> float:
+    """Expected seconds of the inner rounds of a ``hier`` block that fill a window of Γ slim tokens: each round
+    drafts g = min(γ, room left) tokens (g draft forwards) and one slim forward of g + 1 checks them, yielding the
+    accepted ones and one more. Exact over the round lengths (f[r]: seconds to fill r more tokens): Γ / E[tokens a
+    round] misses that the last round overshoots or is cut short, and counted a fifth too few slim forwards for a
+    short window (γ = 2, Γ = 4, α = 0.69: 2.26 rounds a block, against 1.85; mini measured 2.24 at T = 0.7)."""
+    f = [0.0] * (window + 1)
+    for r in range(1, window + 1):
+        g = min(gamma, r)
+        law = accepted_law(alpha, g)
+        f[r] = g * costs(proposer, 1) + costs("slim", g + 1) + sum(p * f[max(r - k - 1, 0)] for k, p in enumerate(law))
+    return f[window]
+
 @dataclass(frozen=True)
 class Acceptance:
     """Per-token acceptance rates: proposer → target, e.g. ``{("draft", "full"): 0.6}``; a rate may be (first,
@@ -267,10 +294,8 @@ def block(mode: str, gamma: int, acceptance: Acceptance, costs: Callable[[str, i
     if mode == "hier":
         if window < 1:
             raise DimrError("hier needs a window of at least one token")
-        inner = expected_tokens(acceptance(proposer, "slim"), gamma)
-        inner_cost = gamma * costs(proposer, 1) + costs("slim", gamma + 1)
         tokens = expected_tokens(acceptance("slim", "full"), window)
-        return tokens, window / inner * inner_cost + costs("full", window + 1)
+        return tokens, fill(window, gamma, acceptance(proposer, "slim"), costs, proposer) + costs("full", window + 1)
     raise DimrError(f"no speed model for mode {mode!r}; use ar, sd, self, lookup or hier")
 
 
