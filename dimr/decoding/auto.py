@@ -398,7 +398,7 @@ def within_band(inner: float, draft: float, slim: float) -> float:
     which their tokens agree), and by the triangle inequality the draft's distance to the slim differs from its
     distance to the full verifier by at most the slim's own, so ``inner`` lies within ``draft`` ± (1 − ``slim``).
     hier's inner pair is seen only when hier runs; sd's and self's pairs are seen far more often, and bound it: drawn
-    alone from a few dozen tokens, it had run hier where the means priced it 15% below sd (mini, prose, T = 0.7)."""
+    alone from a few dozen tokens, it had run hier where the means priced it 13–20% below sd (mini, prose, T = 0.7)."""
     gap = 1.0 - slim
     return min(max(inner, draft - gap), draft + gap)
 

@@ -237,7 +237,6 @@ def expected_tokens(alpha: float | tuple[float, float], gamma: int) -> float:
     return (1 - alpha ** (gamma + 1)) / (1 - alpha)
 
 
-
 def accepted_law(alpha: float | tuple[float, float], gamma: int) -> list[float]:
     """P(k of γ drafted tokens accepted), k = 0..γ, with :func:`expected_tokens`'s acceptance (i.i.d. α, or (first,
     rest)): the test stops at the first rejection."""
@@ -263,6 +262,7 @@ def fill(window: int, gamma: int, alpha: float | tuple[float, float], costs: Cal
         law = accepted_law(alpha, g)
         f[r] = g * costs(proposer, 1) + costs("slim", g + 1) + sum(p * f[max(r - k - 1, 0)] for k, p in enumerate(law))
     return f[window]
+
 
 @dataclass(frozen=True)
 class Acceptance:
