@@ -174,11 +174,17 @@ def main() -> None:
     ap.add_argument("--costs", help="cost table JSON: read if it exists, else measured and written there")
     ap.add_argument("--paths", help="JSON of the greedy outcomes per workload: read if it exists (extended when it"
                     " holds fewer prompts), else written")
+    ap.add_argument("--tables", help="a bench_tiers.py --out JSON: price each workload at the greedy cost table that"
+                    " timed run measured for it (instead of --costs)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     logging.disable_progress_bar()
     dec = Decoder.load(args.pair, slim=args.slim, device="cpu")
-    if args.costs and Path(args.costs).exists():  # the same table for replays of two versions of the chooser
+    tables = {t["workload"]: Costs.from_dict(t) for t in json.loads(Path(args.tables).read_text())["tables"]
+              if t["temperature"] == 0} if args.tables else {}
+    if tables:
+        costs = dec.costs = next(iter(tables.values()))
+    elif args.costs and Path(args.costs).exists():  # the same table for replays of two versions of the chooser
         costs = dec.costs = Costs.load(Path(args.costs))
     else:
         costs = dec.measure_costs(steps=["ar", "sd", "lookup"])
@@ -187,10 +193,11 @@ def main() -> None:
     cached = json.loads(Path(args.paths).read_text()) if args.paths and Path(args.paths).exists() else {}
     fixed = [Arm("ar")] + [Arm(m, g) for m in ("sd", "lookup") for g in GAMMAS]
     calibrated = dict(dec.auto_chooser(0.0).calibrated)  # the priors `decode` would start its chooser from
-    full = costs("full", 1)
-    print(f"{args.pair}: full c(1) {full * 1e3:.2f} ms, c(3)/c(1) {costs('full', 3) / full:.2f},"
-          f" c(5)/c(1) {costs('full', 5) / full:.2f}; draft c(1)/full c(1) {costs('draft', 1) / full:.3f}")
     for name in args.workloads.split(","):
+        costs = tables.get(name, costs)
+        full = costs("full", 1)
+        print(f"{args.pair}, {name}: full c(1) {full * 1e3:.2f} ms, c(3)/c(1) {costs('full', 3) / full:.2f},"
+              f" c(5)/c(1) {costs('full', 5) / full:.2f}; draft c(1)/full c(1) {costs('draft', 1) / full:.3f}")
         have = cached.setdefault(name, [])  # the first N prompts' outcomes: a cache of more serves fewer
         if len(have) < args.prompts:
             have += [[astuple(x) for x in positions(dec, dec.encode(p), args.max_new_tokens)]
