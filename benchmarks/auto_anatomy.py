@@ -1,8 +1,10 @@
 """Where ``auto``'s time goes: a cold chooser per pass, every block timed and filed under its arm's mode and the
 mode of the block before it (a switch makes the incoming tier catch up), beside the fixed modes' tokens/s, and the
 time ``auto`` spends outside its blocks (the choice, the n-gram look-up, the bookkeeping). Per arm, the tokens the
-first block of each choice was expected to make (at the posterior means the choice drew from) beside what it made:
-an arm that makes fewer than expected is priced too well.
+first block of each choice was expected to make (at the posterior means the choice drew from) and the seconds it was
+priced at (its forwards at the chooser's measured prices plus its mode's work outside them; not the catch-up of a
+tier that sat out), beside what it made and took: an arm that makes fewer than expected, or takes longer, is priced
+too well.
 
     python benchmarks/auto_anatomy.py --pair mini --slim benchmarks/results/mini_slim.json --workload code \
         --temperature 0 --passes 3 --fixed sd@2,lookup@4
@@ -21,7 +23,7 @@ import torch
 from transformers.utils import logging
 
 from dimr.decoding import DecodeConfig, Decoder
-from dimr.decoding.auto import auto
+from dimr.decoding.auto import auto, verified
 from dimr.decoding.bench import parse_spec
 from dimr.decoding.costs import Acceptance, block
 
@@ -36,7 +38,7 @@ class Clocked(list):
         super().__init__()
         self.ends: list[float] = []
         self.choices: list[tuple[float, float]] = []  # (start, end) of each choice
-        self.expected: list[float] = []  # tokens each choice's arm was expected to make in one block
+        self.expected: list[tuple[float, float]] = []  # tokens, seconds each choice's arm was priced at for one block
 
     def append(self, entry) -> None:
         self.ends.append(time.perf_counter())
@@ -53,7 +55,8 @@ def timed_choices(chooser, clock: Clocked) -> None:
         clock.choices.append((began, time.perf_counter()))
         means = chooser.means(ngram)
         gamma = min(arm.gamma, lookup_len) if arm.mode == "lookup" else arm.gamma
-        clock.expected.append(block(arm.mode, gamma, Acceptance(means), chooser.price, arm.window)[0])
+        tokens, seconds = block(arm.mode, gamma, Acceptance(means), chooser.price, arm.window)
+        clock.expected.append((tokens, seconds + chooser.overhead.get(arm.mode, 0.0) * verified(arm, gamma)))
         return arm
 
     chooser.choose = stamped
@@ -84,7 +87,8 @@ def main() -> None:
     totals = defaultdict(lambda: [0, 0.0])  # mode → tokens, seconds
     blocks = defaultdict(lambda: [0, 0, 0.0])  # (mode, mode before) → blocks, tokens, seconds
     outside = [0.0, 0]  # seconds outside blocks, choices
-    firsts = defaultdict(lambda: [0, 0.0, 0])  # arm → choices, tokens expected of their first blocks, tokens made
+    # arm → choices, first blocks' tokens expected, made; seconds priced, taken (after the same arm / after another)
+    firsts = defaultdict(lambda: [0, 0.0, 0, 0.0, 0.0, 0.0, 0.0, 0])
     choose_seconds = 0.0
     for p in range(args.passes):  # when sampling, pass p draws with seed p (every mode alike)
         dec.choosers = {}
@@ -114,11 +118,15 @@ def main() -> None:
                     if last_kind == "choice":
                         first.add(stamp)
                 last, last_kind = stamp, kind
-            expected = iter(clock.expected)
+            expected, previous = iter(clock.expected), None
             for (arm, _, _, emitted), end in zip(clock, clock.ends, strict=True):
                 if end in first:
-                    row = firsts[arm.label]
-                    row[0], row[1], row[2] = row[0] + 1, row[1] + next(expected), row[2] + len(emitted)
+                    row, (tokens, priced) = firsts[arm.label], next(expected)
+                    row[0], row[1], row[2] = row[0] + 1, row[1] + tokens, row[2] + len(emitted)
+                    same = 0 if arm == previous else 2  # the block's own tier caches are current only after itself
+                    row[3 + same], row[4 + same] = row[3 + same] + priced, row[4 + same] + end - starts[end]
+                    row[7] += arm == previous
+                previous = arm
             before = "start"
             in_blocks = 0.0
             for (arm, _, _, emitted), end in zip(clock, clock.ends, strict=True):
@@ -138,9 +146,15 @@ def main() -> None:
     for (mode, before), (n, tokens, seconds) in sorted(blocks.items()):
         print(f"    {mode:9s} after {before:9s} {n:5d} blocks  {tokens / n:5.2f} tok/block  "
               f"{seconds / n * 1e3:6.2f} ms/block  {tokens / seconds:7.1f} tok/s")
-    print("  the first block of each choice, by arm: tokens expected at the posterior means, and made:")
-    for label, (n, expected, made) in sorted(firsts.items(), key=lambda item: -item[1][0]):
-        print(f"    {label:9s} {n:5d} choices  expected {expected / n:5.2f}  made {made / n:5.2f} tok/block")
+    print("  the first block of each choice, by arm: tokens expected at the posterior means, and made; ms priced and "
+          "taken, after the same arm | after another (which includes catching up):")
+    for label, (n, expected, made, p_same, t_same, p_other, t_other, same) in sorted(firsts.items(),
+                                                                                   key=lambda item: -item[1][0]):
+        def ms(priced: float, taken: float, k: int) -> str:
+            return f"{priced / k * 1e3:6.2f} / {taken / k * 1e3:6.2f}" if k else " " * 15
+
+        print(f"    {label:9s} {n:5d} choices  expected {expected / n:5.2f}  made {made / n:5.2f} tok/block  "
+              f"ms {ms(p_same, t_same, same)} | {ms(p_other, t_other, n - same)}")
     wall = totals["auto"][1]
     print(f"  outside blocks: {outside[0] * 1e3:.0f} ms of {wall * 1e3:.0f} ms ({outside[0] / wall:.1%}), "
           f"{outside[0] / max(outside[1], 1) * 1e6:.0f} us per choice over {outside[1]} choices; "

@@ -303,6 +303,36 @@ def test_bench_model_speedup_is_prediction_over_prediction(tiny_pair):
     assert rows["ar"].modelled == pytest.approx(by_hand(rows["ar"])) and rows["ar"].modelled < 1.0  # prefill
 
 
+def test_bench_rotates_the_order_the_rows_decode_in(tiny_pair, monkeypatch):
+    """Each prompt of each pass is decoded by every row, in an order shuffled per prompt and pass (a decode starts
+    with the weights of the one before it in the CPU's caches, and auto prices by what it measures): no row always
+    follows the same row, and the rows' results do not depend on it (greedy: ar's tokens)."""
+    from dimr.decoding.bench import decode_order, run_bench
+
+    assert decode_order(3, 0) == [0, 1, 2] and decode_order(3, 5) == decode_order(3, 5) and decode_order(0, 4) == []
+    assert all(sorted(decode_order(5, k)) == list(range(5)) for k in range(20))
+    dec = Decoder.load("tiny-random", device="cpu")
+    dec.costs = Costs({t: {1: 1.0, 17: 1.8} for t in ("draft", "full")}, "test")
+    order, real_run = [], Decoder.run
+
+    def run(self, ids, mode, config, *args):
+        if config.max_new_tokens == 10:  # the measured decodes, not the warm-up's 8 tokens
+            order.append(mode)
+        return real_run(self, ids, mode, config, *args)
+
+    monkeypatch.setattr(Decoder, "run", run)
+    prompts = [PROMPT, PROMPT + " and", PROMPT + " or"]
+    report = run_bench(dec, prompts, ["sd@2", "lookup@2"], DecodeConfig(max_new_tokens=10), hf=False, warmup=False,
+                       passes=2)
+    per_prompt = [order[k:k + 3] for k in range(0, len(order), 3)]
+    assert len(per_prompt) == 6 and all(sorted(modes) == ["ar", "lookup", "sd"] for modes in per_prompt)
+    assert per_prompt[0] == ["ar", "sd", "lookup"] and len({tuple(modes) for modes in per_prompt}) > 2
+    before = {mode: {order[k - 1] for k in range(1, len(order)) if order[k] == mode} for mode in ("ar", "sd", "lookup")}
+    assert all(b - {mode} == {"ar", "sd", "lookup"} - {mode} for mode, b in before.items())  # after both others
+    rows = {r.mode: r for r in report.rows}
+    assert rows["sd@2"].outputs == rows["lookup@2"].outputs == rows["ar"].outputs
+
+
 def test_bench_auto_warm_starts_every_pass_from_the_warmed_chooser(tiny_pair, monkeypatch):
     """The auto-warm row's chooser is the one that decoded the held-out prompts, copied afresh at every pass
     (what a pass learns does not reach the next); the cold auto row starts every pass without one; greedy,
@@ -333,8 +363,10 @@ def test_bench_auto_warm_starts_every_pass_from_the_warmed_chooser(tiny_pair, mo
                              hf=False, passes=2, warm=["def g(y):", "class A:"])
     assert len(warmed) == 1 and sum(sum(c) for c in warmed[0].values()) > 0  # the held-out decodes taught it
     assert len(starts) == 6  # the 2 held-out decodes, then auto and auto-warm in each of 2 passes
-    cold, warm = starts[2::2], starts[3::2]
-    assert cold == [None, None]
+    # per pass, auto and auto-warm in either order (the rows' order is shuffled per prompt and pass)
+    cold = [start for start in starts[2:] if start is None]
+    warm = [start for start in starts[2:] if start is not None]
+    assert len(cold) == 2 and all(None in starts[k:k + 2] for k in (2, 4))
     assert [counts for _, counts in warm] == [warmed[0], warmed[0]] and warm[0][0] != warm[1][0]
     rows = {r.mode: r for r in report.rows}
     assert rows[bench.WARM].outputs == rows["auto"].outputs == rows["ar"].outputs
@@ -363,7 +395,8 @@ def test_bench_draws_each_sampled_pass_with_its_own_seed(tiny_pair, monkeypatch)
         seen.clear()
         bench.run_bench(dec, [PROMPT], ["sd@2"], DecodeConfig(max_new_tokens=10, temperature=temperature, seed=5),
                         hf=False, passes=3)
-        assert [m for m, _ in seen] == ["ar", "sd"] * 3 and [s for _, s in seen] == seeds
+        assert all(sorted(m for m, _ in seen[k:k + 2]) == ["ar", "sd"] for k in (0, 2, 4))  # each pass: both rows
+        assert [s for _, s in seen] == seeds
     sampled = [real_run(dec, dec.encode(PROMPT), "ar", bench.pass_config(
         DecodeConfig(max_new_tokens=10, temperature=0.7, seed=5), p)).tokens for p in range(3)]
     assert len({tuple(t) for t in sampled}) == 3  # each pass's seed draws another path

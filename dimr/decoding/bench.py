@@ -16,6 +16,7 @@ compilation gained over the eager rows.
 from __future__ import annotations
 
 import copy
+import random
 import statistics
 import time
 from collections.abc import Sequence
@@ -151,7 +152,11 @@ def run_bench(decoder: Decoder, prompts: list[str], modes: list[str], config: De
     the same verifier and slim with a heavier slim as draft tier (`Decoder.load(draft_slim=...)`), which the
     rows ``ladder@γxΓ`` decode with ``hier``; its cost table is ``decoder``'s with the draft re-measured.
 
-    Modes are interleaved prompt by prompt, so that a change of load on a shared machine hits every row alike.
+    Modes are interleaved prompt by prompt, so that a change of load on a shared machine hits every row alike, in
+    an order shuffled per prompt and pass (:func:`decode_order`), so that no row always decodes right after the
+    same other row: on a CPU a decode starts with the previous one's weights in the caches, and ``auto``, which
+    prices its arms by the times it measures, had learned from the tiers the row before it left warm (mini, prose,
+    T = 0.7: 80 ``hier/1/4`` choices in 3 passes right after ``hier@2x8``, 22 right after ``sd@3``).
     ``passes``: the whole set that many times; per prompt and row the fastest pass is kept (interference only
     adds time), and ``speedup_median`` is the median over passes of each pass's own ratio to ``ar``. Each pass
     starts ``auto`` from a fresh chooser, so every pass is the same experiment. When sampling, each pass draws
@@ -195,7 +200,8 @@ def run_bench(decoder: Decoder, prompts: list[str], modes: list[str], config: De
             dec.choosers = {}
         choosers = {"auto": {}, WARM: copy.deepcopy(warmed)}
         for i, ids in enumerate(encoded):
-            for j, row in enumerate(rows):
+            for j in decode_order(len(rows), i + p * len(encoded)):
+                row = rows[j]
                 tokens, stats = _decode(decoders, row.mode, ids, pass_config(config, p), choosers)
                 if row.mode in choosers:
                     for arm, n in choosers[row.mode][float(config.temperature)].chosen.items():
@@ -251,6 +257,16 @@ def _relative_costs(rows: list[BenchRow], suffix: str) -> dict[str, float]:
         seconds = sum(r.stats.cpu_seconds_tier[tier] for r in ours)
         c_rel[tier] = seconds / calls / full_call if calls and full_call else float("nan")
     return c_rel
+
+
+def decode_order(rows: int, k: int) -> list[int]:
+    """The order the ``rows`` rows decode the ``k``-th prompt of a run in (counted over passes): the first prompt in
+    row order, every later one shuffled with seed ``k``, the same in every run. (A rotation would keep each row
+    after the same row whenever it is not first.)"""
+    order = list(range(rows))
+    if k:
+        random.Random(k).shuffle(order)
+    return order
 
 
 def pass_config(config: DecodeConfig, p: int) -> DecodeConfig:
