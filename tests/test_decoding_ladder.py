@@ -303,7 +303,7 @@ def test_bench_model_speedup_is_prediction_over_prediction(tiny_pair):
     assert rows["ar"].modelled == pytest.approx(by_hand(rows["ar"])) and rows["ar"].modelled < 1.0  # prefill
 
 
-def test_bench_rotates_the_order_the_rows_decode_in(tiny_pair, monkeypatch):
+def test_bench_shuffles_the_order_the_rows_decode_in(tiny_pair, monkeypatch):
     """Each prompt of each pass is decoded by every row, in an order shuffled per prompt and pass (a decode starts
     with the weights of the one before it in the CPU's caches, and auto prices by what it measures): no row always
     follows the same row, and the rows' results do not depend on it (greedy: ar's tokens)."""
