@@ -88,13 +88,19 @@ def auto_goal(rows, mode: str = "auto") -> str:
     best_median = max(fixed, key=lambda r: r.speedup_median)
     out = (f"{auto.speedup / best.speedup:.2f} of {best.mode} (fastest pass); "
            f"{auto.speedup_median / best_median.speedup_median:.2f} of {best_median.mode} (median)")
-    paired = [a / b for a, b in zip(getattr(auto, "speedup_passes", []), getattr(best_median, "speedup_passes", []),
-                                    strict=True)]
+    paired = by_pass(auto, fixed)
     if len(paired) >= 4:  # passes share the machine's state: the ratio within a pass, its median's interval
         ci = stats.bootstrap((paired,), np.median, confidence_level=0.95, method="percentile", random_state=0)
         out += (f"; paired by pass {np.median(paired):.2f} [{ci.confidence_interval.low:.2f}, "
                 f"{ci.confidence_interval.high:.2f}]; best row picked on other passes {held_out(auto, fixed):.2f}")
     return out
+
+
+def by_pass(auto, fixed) -> list[float]:
+    """``auto``'s speed-up over the best fixed row's (by median over passes), pass by pass."""
+    best = max(fixed, key=lambda r: r.speedup_median)
+    return [a / b for a, b in zip(getattr(auto, "speedup_passes", []), getattr(best, "speedup_passes", []),
+                                  strict=True)]
 
 
 def held_out(auto, fixed, splits: int = 200) -> float:
@@ -130,15 +136,26 @@ def main() -> None:
                          "(held out from the measured ones), as a serving process's chooser is")
     ap.add_argument("--no-hf", action="store_true")
     ap.add_argument("--out")
-    ap.add_argument("--report", metavar="JSON", help="print the auto goal lines of a run's --out file, decode nothing")
+    ap.add_argument("--report", metavar="JSON", nargs="+",
+                    help="print the auto goal lines of runs' --out files, and each auto row's per-pass ratios to the "
+                         "best fixed row pooled over all their workloads; decode nothing")
     args = ap.parse_args()
     if args.report:
-        rows = [SimpleNamespace(**r) for r in json.loads(Path(args.report).read_text())["rows"]]
-        for key in dict.fromkeys((r.workload, r.temperature) for r in rows):
-            picked = [r for r in rows if (r.workload, r.temperature) == key]
-            for mode in AUTO_ROWS:
-                if any(r.mode == mode for r in picked):
-                    print(f"  {key[0]:<6} T={key[1]} {mode:<9}: " + auto_goal(picked, mode))
+        pooled: dict[str, list[float]] = {mode: [] for mode in AUTO_ROWS}
+        for report in args.report:
+            print(report)
+            rows = [SimpleNamespace(**r) for r in json.loads(Path(report).read_text())["rows"]]
+            for key in dict.fromkeys((r.workload, r.temperature) for r in rows):
+                picked = [r for r in rows if (r.workload, r.temperature) == key]
+                fixed = [r for r in picked if r.mode.partition("@")[0] in FIXED_LOSSLESS]
+                for auto in (r for r in picked if r.mode in AUTO_ROWS):
+                    print(f"  {key[0]:<6} T={key[1]} {auto.mode:<9}: " + auto_goal(picked, auto.mode))
+                    pooled[auto.mode] += by_pass(auto, fixed)
+        for mode, ratios in pooled.items():
+            if ratios:
+                print(f"{mode} per pass over the best fixed row, {len(ratios)} passes: median {np.median(ratios):.3f}, "
+                      f"mean {np.mean(ratios):.3f}, {min(ratios):.2f}–{max(ratios):.2f}, "
+                      f"{sum(r >= 0.95 for r in ratios)} ≥ 0.95")
         return
     torch.set_num_threads(args.threads)
     logging.disable_progress_bar()
