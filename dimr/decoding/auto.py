@@ -83,7 +83,7 @@ import torch
 from torch import Tensor
 
 from dimr.decoding import modes
-from dimr.decoding.costs import FREE, Acceptance, Costs, block
+from dimr.decoding.costs import FREE, Acceptance, Costs, blocks
 from dimr.decoding.proposer import NgramProposer, Proposer, lookup_match
 from dimr.decoding.sequence import DecodeConfig, DecodeResult, Output
 from dimr.decoding.stats import DecodeStats
@@ -335,19 +335,24 @@ class Chooser:
 
         catch_up = {tier: price(tier, lag[tier] + 1) - price(tier, 1) for tier in lag}
 
-        def speed(arm: Arm, acceptance: Acceptance) -> float:
-            tokens, seconds = block(arm.mode, gamma(arm), acceptance, price, arm.window)
-            seconds += self.overhead.get(arm.mode, 0.0) * verified(arm, gamma(arm))
-            for tier in CATCH_UP.get(arm.mode, ()):
-                # paid once for every later block of the arm: each block bears its share
-                share = min(1.0, tokens / remaining) if tier in SPREAD and remaining > 0 else 1.0
-                seconds += catch_up[tier] * share
-            return tokens / seconds
+        def speeds(priced: list[Arm], rates: dict[tuple[str, str], float]) -> list[float]:
+            drafted = [gamma(a) for a in priced]
+            out = []
+            for arm, g, (tokens, seconds) in zip(priced, drafted, blocks(
+                    [(a.mode, g, a.window) for a, g in zip(priced, drafted, strict=True)], Acceptance(rates), price),
+                    strict=True):
+                seconds += self.overhead.get(arm.mode, 0.0) * verified(arm, g)
+                for tier in CATCH_UP.get(arm.mode, ()):
+                    # paid once for every later block of the arm: each block bears its share
+                    share = min(1.0, tokens / remaining) if tier in SPREAD and remaining > 0 else 1.0
+                    seconds += catch_up[tier] * share
+                out.append(tokens / seconds)
+            return out
 
         offered = [a for a in self.arms if a.mode != "lookup" or gamma(a) > 0] or self.arms[:1]
         arm = None
         if self._recheck is None or remaining <= self._recheck:
-            arm = self._probe(offered, means, lambda a, acc: speed(a, Acceptance(acc)))
+            arm = self._probe(offered, means, speeds)
             # whether to test turns on the posterior means, which a block barely moves: the decision not to is
             # revisited after MIN_TESTED more tokens (pricing every arm at the means each block cost as much as
             # the choice itself, 3% of mini's decode)
@@ -356,16 +361,18 @@ class Chooser:
         if arm is None:
             # The draw's best arm, whatever its evidence, says which mode to try; a pair with little evidence
             # then bets small: the same mode at the best γ its evidence allows (else the best allowed arm).
-            speeds = {a: speed(a, Acceptance(rates)) for a in offered}
-            arm = max(offered, key=speeds.__getitem__)
+            speed = speeds(offered, rates)
+            best = max(range(len(offered)), key=speed.__getitem__)
+            arm = offered[best]
             if not allowed(arm):
-                within = [a for a in offered if allowed(a)]
-                arm = max([a for a in within if a.mode == arm.mode] or within or offered[:1], key=speeds.__getitem__)
+                within = [i for i, a in enumerate(offered) if allowed(a)]
+                arm = offered[max([i for i in within if offered[i].mode == arm.mode] or within or [0],
+                                  key=speed.__getitem__)]
         self.chosen[arm.label] = self.chosen.get(arm.label, 0) + 1
         return arm
 
     def _probe(self, offered: list[Arm], means: dict[tuple[str, str], float],
-               speed: Callable[[Arm, dict[tuple[str, str], float]], float]) -> Arm | None:
+               speeds: Callable[[list[Arm], dict[tuple[str, str], float]], list[float]]) -> Arm | None:
         """The shortest arm of a model-drafted pair tested on fewer than :data:`MIN_TESTED` tokens (γ = 1; hier's
         γ = 1, Γ = 4 for its draft against the slim), if its mode loses at the posterior means but would beat every
         arm by :data:`WORTH` were those drafts always accepted (else None: the draws decide)."""
@@ -373,10 +380,12 @@ class Chooser:
                     if probe in offered and sum(self.counts.get(pair, (0.0, 0.0))) < MIN_TESTED]
         if not untested:  # the usual case once each pair is tested: no pricing at the means
             return None
-        best = max(speed(a, means) for a in offered)
+        at_means = speeds(offered, means)
+        best = max(at_means)
         for mode, pair, probe in untested:
             own = [a for a in offered if a.mode == mode]
-            if max(speed(a, means) for a in own) < best < max(speed(a, {**means, pair: 1.0}) for a in own) / WORTH:
+            mine = max(s for a, s in zip(offered, at_means, strict=True) if a.mode == mode)
+            if mine < best < max(speeds(own, {**means, pair: 1.0})) / WORTH:
                 return probe
         return None
 

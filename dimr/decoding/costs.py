@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -256,6 +256,13 @@ def fill(window: int, gamma: int, alpha: float | tuple[float, float], costs: Cal
     accepted ones and one more. Exact over the round lengths (f[r]: seconds to fill r more tokens): Γ / E[tokens a
     round] misses that the last round overshoots or is cut short, and counted a fifth too few slim forwards for a
     short window (γ = 2, Γ = 4, α = 0.69: 2.26 rounds a block, against 1.85; mini measured 2.24 at T = 0.7)."""
+    return fills(window, gamma, alpha, costs, proposer)[window]
+
+
+def fills(window: int, gamma: int, alpha: float | tuple[float, float], costs: Callable[[str, int], float],
+          proposer: str = "draft") -> list[float]:
+    """:func:`fill` of every window 0..``window`` at once: f[r] depends on γ and the room left r, not on Γ, so one
+    table serves every window of a γ (``auto`` prices three windows of γ = 4 at every choice)."""
     # per drafted count g: a round's seconds and (tokens it yields, probability); f[r] = 0 once r ≤ 0
     rounds = {g: (g * costs(proposer, 1) + costs("slim", g + 1), [(k + 1, p) for k, p in enumerate(accepted_law(
         alpha, g))]) for g in range(1, min(gamma, window) + 1)}
@@ -266,7 +273,7 @@ def fill(window: int, gamma: int, alpha: float | tuple[float, float], costs: Cal
             if r > tokens:
                 seconds += p * f[r - tokens]
         f[r] = seconds
-    return f[window]
+    return f
 
 
 @dataclass(frozen=True)
@@ -290,18 +297,34 @@ def block(mode: str, gamma: int, acceptance: Acceptance, costs: Callable[[str, i
     ``costs``: c(tier, n), a :class:`Costs` or any such pricing (``auto``'s measured one). ``proposer``: the
     draft tier of ``sd`` and ``hier`` (``draft`` or ``lookup``). i.i.d. acceptance.
     """
-    if mode == "ar":
-        return 1.0, costs("full", 1)
-    if mode in ("sd", "self", "lookup"):
-        drafter = {"sd": proposer, "self": "slim", "lookup": FREE}[mode]
-        tokens = expected_tokens(acceptance(drafter, "full"), gamma)
-        return tokens, gamma * costs(drafter, 1) + costs("full", gamma + 1)
-    if mode == "hier":
-        if window < 1:
-            raise DimrError("hier needs a window of at least one token")
-        tokens = expected_tokens(acceptance("slim", "full"), window)
-        return tokens, fill(window, gamma, acceptance(proposer, "slim"), costs, proposer) + costs("full", window + 1)
-    raise DimrError(f"no speed model for mode {mode!r}; use ar, sd, self, lookup or hier")
+    return blocks([(mode, gamma, window)], acceptance, costs, proposer)[0]
+
+
+def blocks(specs: Sequence[tuple[str, int, int]], acceptance: Acceptance, costs: Callable[[str, int], float],
+           proposer: str = "draft") -> list[tuple[float, float]]:
+    """:func:`block` of each (mode, γ, Γ) in ``specs``; the hier windows of one γ share one :func:`fills` table."""
+    top: dict[int, int] = {}
+    for mode, gamma, window in specs:
+        if mode == "hier":
+            if window < 1:
+                raise DimrError("hier needs a window of at least one token")
+            top[gamma] = max(top.get(gamma, 0), window)
+    inner = acceptance(proposer, "slim") if top else 0.0
+    tables = {gamma: fills(window, gamma, inner, costs, proposer) for gamma, window in top.items()}
+    out = []
+    for mode, gamma, window in specs:
+        if mode == "ar":
+            out.append((1.0, costs("full", 1)))
+        elif mode in ("sd", "self", "lookup"):
+            drafter = {"sd": proposer, "self": "slim", "lookup": FREE}[mode]
+            tokens = expected_tokens(acceptance(drafter, "full"), gamma)
+            out.append((tokens, gamma * costs(drafter, 1) + costs("full", gamma + 1)))
+        elif mode == "hier":
+            tokens = expected_tokens(acceptance("slim", "full"), window)
+            out.append((tokens, tables[gamma][window] + costs("full", window + 1)))
+        else:
+            raise DimrError(f"no speed model for mode {mode!r}; use ar, sd, self, lookup or hier")
+    return out
 
 
 def predict(mode: str, gamma: int, acceptance: Acceptance, costs: Costs, window: int = 0,
