@@ -77,6 +77,25 @@ def test_accept_step_output_law():
     assert chi_square_p(counts["broken"], q) < 1e-6
 
 
+def test_sample_draws_each_row_by_its_weights(monkeypatch):
+    """`sample` (inverse of the cumulative weights) against the exact law: unnormalised rows, zero weights
+    never drawn, a batch of rows each by its own weights; a uniform rounded up to the total still draws a token
+    of positive weight. A sampler that skips the last token fails the same test."""
+    gen = torch.Generator().manual_seed(0)
+    weights = torch.tensor([[0.0, 1.5, 0.0, 0.9, 0.6, 0.0], [0.2, 0.0, 0.0, 0.0, 0.0, 0.8]])
+    law = (weights / weights.sum(-1, keepdim=True)).double().numpy()
+    drawn = torch.cat([sample(weights, gen) for _ in range(RUNS * 5)], dim=1).numpy()  # [2, draws]
+    for row in range(2):
+        counts = np.bincount(drawn[row], minlength=6)
+        assert counts[law[row] == 0].sum() == 0 and chi_square_p(counts, law[row]) > P_PASS
+    single = np.bincount(torch.cat([sample(weights[0], gen) for _ in range(RUNS * 5)]).numpy(), minlength=6)
+    assert chi_square_p(single, law[0]) > P_PASS
+    skipped = np.bincount(torch.cat([sample(weights[0, :-2], gen) for _ in range(RUNS * 5)]).numpy(), minlength=6)
+    assert chi_square_p(skipped, law[0]) < 1e-6
+    monkeypatch.setattr(torch, "rand", lambda shape, **kw: torch.ones(shape, dtype=kw.get("dtype")))
+    assert sample(weights, gen)[:, 0].tolist() == [4, 5]  # u = the total: the last token of positive weight
+
+
 def test_top_p_filter_numpy():
     probs = torch.tensor([[0.05, 0.4, 0.15, 0.3, 0.1]])
     kept = top_p_filter(probs, 0.7).numpy()[0]  # 0.4 + 0.3 reaches 0.7: keep those two

@@ -318,38 +318,15 @@ class Chooser:
         for rate in (rates, means):
             rate[INNER] = within_band(rate[INNER], rate[DRAFTS["sd"]], rate[DRAFTS["self"]])
 
-        def gamma(arm: Arm) -> int:  # what the arm drafts now: lookup offers at most ``lookup_len`` tokens
-            return min(arm.gamma, lookup_len) if arm.mode == "lookup" else arm.gamma
-
         def allowed(arm: Arm) -> bool:
             if arm.mode == "hier":
                 return arm.gamma <= limit[INNER] and arm.window <= limit[("slim", "full")]
-            return arm.mode not in DRAFTS or gamma(arm) <= limit[DRAFTS[arm.mode]]
+            return arm.mode not in DRAFTS or drafted(arm, lookup_len) <= limit[DRAFTS[arm.mode]]
 
-        memo: dict[tuple[str, int], float] = {}
+        def speeds(priced: list[Arm], at: dict[tuple[str, str], float | tuple[float, float]]) -> list[float]:
+            return self.speeds(priced, at, lag, lookup_len, remaining)
 
-        def price(tier: str, n: int) -> float:  # the prices hold for this choice: each is computed once
-            if (tier, n) not in memo:
-                memo[(tier, n)] = self.price(tier, n)
-            return memo[(tier, n)]
-
-        catch_up = {tier: price(tier, lag[tier] + 1) - price(tier, 1) for tier in lag}
-
-        def speeds(priced: list[Arm], rates: dict[tuple[str, str], float]) -> list[float]:
-            drafted = [gamma(a) for a in priced]
-            out = []
-            for arm, g, (tokens, seconds) in zip(priced, drafted, blocks(
-                    [(a.mode, g, a.window) for a, g in zip(priced, drafted, strict=True)], Acceptance(rates), price),
-                    strict=True):
-                seconds += self.overhead.get(arm.mode, 0.0) * verified(arm, g)
-                for tier in CATCH_UP.get(arm.mode, ()):
-                    # paid once for every later block of the arm: each block bears its share
-                    share = min(1.0, tokens / remaining) if tier in SPREAD and remaining > 0 else 1.0
-                    seconds += catch_up[tier] * share
-                out.append(tokens / seconds)
-            return out
-
-        offered = [a for a in self.arms if a.mode != "lookup" or gamma(a) > 0] or self.arms[:1]
+        offered = [a for a in self.arms if a.mode != "lookup" or drafted(a, lookup_len) > 0] or self.arms[:1]
         arm = None
         if self._recheck is None or remaining <= self._recheck:
             arm = self._probe(offered, means, speeds)
@@ -370,6 +347,31 @@ class Chooser:
                                   key=speed.__getitem__)]
         self.chosen[arm.label] = self.chosen.get(arm.label, 0) + 1
         return arm
+
+    def speeds(self, priced: list[Arm], rates: dict[tuple[str, str], float | tuple[float, float]],
+               lag: dict[str, int], lookup_len: int = GAMMAS[-1], remaining: int = 0) -> list[float]:
+        """Tokens/s of each arm in ``priced`` at acceptance ``rates`` (:func:`dimr.decoding.costs.blocks` at the
+        current prices, plus the step work and the catch-up of the tiers that lag; :meth:`choose`'s arguments)."""
+        memo: dict[tuple[str, int], float] = {}
+
+        def price(tier: str, n: int) -> float:  # the prices hold for this choice: each is computed once
+            if (tier, n) not in memo:
+                memo[(tier, n)] = self.price(tier, n)
+            return memo[(tier, n)]
+
+        catch_up = {tier: price(tier, lag[tier] + 1) - price(tier, 1) for tier in lag}
+        gammas = [drafted(a, lookup_len) for a in priced]
+        out = []
+        for arm, g, (tokens, seconds) in zip(priced, gammas, blocks(
+                [(a.mode, g, a.window) for a, g in zip(priced, gammas, strict=True)], Acceptance(rates), price),
+                strict=True):
+            seconds += self.overhead.get(arm.mode, 0.0) * verified(arm, g)
+            for tier in CATCH_UP.get(arm.mode, ()):
+                # paid once for every later block of the arm: each block bears its share
+                share = min(1.0, tokens / remaining) if tier in SPREAD and remaining > 0 else 1.0
+                seconds += catch_up[tier] * share
+            out.append(tokens / seconds)
+        return out
 
     def _probe(self, offered: list[Arm], means: dict[tuple[str, str], float],
                speeds: Callable[[list[Arm], dict[tuple[str, str], float]], list[float]]) -> Arm | None:
@@ -421,6 +423,11 @@ def predictive_tail(accepted: int, tested: int, a: float, b: float) -> float:
                     + math.lgamma(k + a) + math.lgamma(tested - k + b) - math.lgamma(tested + a + b) - log_beta)
            for k in range(tested + 1)]
     return min(sum(pmf[: accepted + 1]), sum(pmf[accepted:]))
+
+
+def drafted(arm: Arm, lookup_len: int) -> int:
+    """Tokens one block of ``arm`` drafts now: an n-gram arm at most the ``lookup_len`` its proposer offers."""
+    return min(arm.gamma, lookup_len) if arm.mode == "lookup" else arm.gamma
 
 
 def verified(arm: Arm, gamma: int) -> int:
@@ -573,8 +580,8 @@ class _Decode:
         if not self.timed:
             return
         forwards = sum(s for t in self.timed for _, s in t.log)
-        gamma = min(arm.gamma, self.proposal.numel()) if arm.mode == "lookup" else arm.gamma
-        self.chooser.observe_overhead(arm.mode, (seconds - forwards) / max(blocks, 1), verified(arm, gamma))
+        self.chooser.observe_overhead(arm.mode, (seconds - forwards) / max(blocks, 1),
+                                      verified(arm, drafted(arm, self.proposal.numel())))
         for t in self.timed:
             self.chooser.observe_forwards(t.name, t.log)
             t.log.clear()
