@@ -142,6 +142,9 @@ def main() -> None:
     args = ap.parse_args()
     if args.report:
         pooled: dict[str, list[float]] = {mode: [] for mode in AUTO_ROWS}
+        missing = [r for r in args.report if not Path(r).is_file()]
+        if missing:
+            ap.exit(2, f"error: --report {missing[0]}: no such file; pass the --out file of a finished run\n")
         for report in args.report:
             print(report)
             rows = [SimpleNamespace(**r) for r in json.loads(Path(report).read_text())["rows"]]
