@@ -23,7 +23,7 @@ import torch
 from transformers.utils import logging
 
 from dimr.decoding import DecodeConfig, Decoder
-from dimr.decoding.auto import auto, verified
+from dimr.decoding.auto import auto, drafted, verified
 from dimr.decoding.bench import parse_spec
 from dimr.decoding.costs import Acceptance, block
 
@@ -54,7 +54,7 @@ def timed_choices(chooser, clock: Clocked) -> None:
         arm = choose(chooser, rng, lag, lookup_len, ngram, remaining)
         clock.choices.append((began, time.perf_counter()))
         means = chooser.means(ngram)
-        gamma = min(arm.gamma, lookup_len) if arm.mode == "lookup" else arm.gamma
+        gamma = drafted(arm, lookup_len)
         tokens, seconds = block(arm.mode, gamma, Acceptance(means), chooser.price, arm.window)
         clock.expected.append((tokens, seconds + chooser.overhead.get(arm.mode, 0.0) * verified(arm, gamma)))
         return arm

@@ -27,7 +27,7 @@ import torch
 from transformers.utils import logging
 
 from dimr.decoding import DecodeConfig, Decoder
-from dimr.decoding.auto import GAMMAS, Arm, Chooser, arms, drive
+from dimr.decoding.auto import GAMMAS, Arm, Chooser, arms, drafted, drive
 from dimr.decoding.costs import Costs
 from dimr.decoding.proposer import lookup_match
 
@@ -83,7 +83,7 @@ def block(arm: Arm, pos: Position, left: int, costs: Costs, steps: dict[str, flo
     step = steps[arm.mode]
     if arm.mode == "ar":
         return 1, costs("full", 1) + step, []
-    gamma = min(arm.gamma, pos.offered) if arm.mode == "lookup" else arm.gamma
+    gamma = drafted(arm, pos.offered)
     run = pos.lookup_run if arm.mode == "lookup" else pos.draft_run
     accepted = min(gamma, run, left - 1)
     tested = min(accepted + 1, gamma)
