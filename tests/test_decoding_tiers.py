@@ -899,16 +899,39 @@ def test_bench_forward_json_and_bad_input(tiny_pair, capsys, tmp_path):
 def test_auto_spreads_the_drafts_catch_up_over_the_tokens_left():
     """At a prompt's start the draft lags by the whole prompt. Charged whole to one block, its catch-up priced sd
     below ar on mini's long code prompts, and each ar block lengthened the lag. It is paid once for all of sd's
-    later blocks, so a block bears its share of the tokens left; the slim's (self, hier) is still charged whole."""
+    later blocks, so a block bears its share of the tokens left. Once the draft has run on the prompt, a lag is the
+    chooser's own interleaving, paid again at each return, so it is charged whole (smollm2's task: ``sd`` run one
+    block at a time between n-gram stretches, priced with a share of its catch-up, took 91 ms against 73 priced);
+    the slim's (self, hier) is always charged whole."""
     import random
 
     costs = Costs({"full": {1: 1.0, 17: 1.0}, "draft": {1: 0.05, 17: 0.85}, "slim": {1: 0.05, 17: 0.85}}, "test")
     chooser = Chooser(costs, [Arm("ar"), Arm("sd", 4)], adapt=False)
     chooser.observe([("draft", "full", 900, 1000)])  # sd/4 emits 4.1 tokens in 1.2 s; catching up 100 costs 5 s
     rng = random.Random(0)
-    assert {chooser.choose(rng, {"draft": 100}, remaining=256).label for _ in range(20)} == {"sd/4"}
-    assert {chooser.choose(rng, {"draft": 100}, remaining=4).label for _ in range(20)} == {"ar"}  # 4 tokens left
-    assert {chooser.choose(rng, {"draft": 100}).label for _ in range(20)} == {"ar"}  # tokens left unknown: whole
+
+    def cold(lag: int, remaining: int) -> set[str]:  # choices at a prompt's start
+        picked = set()
+        for _ in range(20):
+            chooser.new_prompt()
+            picked.add(chooser.choose(rng, {"draft": lag}, remaining=remaining).label)
+        return picked
+
+    assert cold(100, 256) == {"sd/4"}
+    assert cold(100, 4) == {"ar"}  # 4 tokens left
+    assert cold(100, 0) == {"ar"}  # tokens left unknown: whole
+    chooser.new_prompt()
+    assert chooser.choose(rng, {"draft": 0}, remaining=256).label == "sd/4"  # sd runs on this prompt...
+    # ...then other arms for 100 tokens: catching up on them is charged whole
+    assert {chooser.choose(rng, {"draft": 100}, remaining=200).label for _ in range(20)} == {"ar"}
+    assert {chooser.choose(rng, {"draft": 0}, remaining=200).label for _ in range(20)} == {"sd/4"}
+    # the prompt's catch-up is spread over the tokens sd's arms are expected to emit: all of the 32 left while they
+    # emitted every token so far, 1/10 of them once they emitted 10 tokens in 100 (then it is charged whole)
+    assert cold(100, 32) == {"sd/4"}
+    chooser.observe_tokens(Arm("ar"), 90)
+    chooser.observe_tokens(Arm("sd", 4), 10)
+    assert chooser.used("draft") == pytest.approx(0.1)
+    assert cold(100, 32) == {"ar"}
     slim = Chooser(costs, [Arm("ar"), Arm("self", 4)], adapt=False)
     slim.observe([("slim", "full", 900, 1000)])
     assert {slim.choose(rng, {"slim": 100}, remaining=256).label for _ in range(20)} == {"ar"}

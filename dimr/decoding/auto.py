@@ -1,27 +1,31 @@
 """``auto``: block by block, the lossless mode and γ (Γ) with the best predicted speed.
 
 Before each block the :class:`Chooser` draws each model-drafted tier pair's per-token acceptance from its Beta
-posterior (Thompson sampling, as in bandit approaches to speculation such as BanditSpec), prices every arm with
-the cost model (:func:`dimr.decoding.costs.block`, plus the catch-up forward of a tier that sat out recent
-blocks) and runs one block of the fastest. The draft's catch-up is paid once for all of its later blocks, so a
-block bears the share of it that its tokens are of the tokens left: at a prompt's start the draft lags by the
-whole prompt, and charged whole to one block that priced sd below ar on mini's long code prompts, each ar block
-lengthening the lag (``ar`` ran 9 of 24 choices on one prompt). The slim's is charged whole: spread too, it made
-hier run where it lost to sd. Every block is one block of a lossless mode run from the current
-sequence, so the output law is the full verifier's whatever the choices; greedy output equals ``ar``'s. The
-n-gram proposer is observed for free: after every block its would-be proposal is compared with the tokens
-emitted (each match is an unbiased draw of its acceptance q(x)), and its arms only compete in blocks where the
-last n-gram occurred before, priced at the length of what followed it and at its posterior mean, not a draw:
-seen whatever runs, it gains nothing from exploration, and its draws had run n-gram blocks that the mean said
-would lose (3 choices in 10 where it is accepted 9 times in 24 and ``ar`` is cheaper). Its acceptance is kept
-per matched n-gram length (a proposal after a matched trigram is accepted more often than one after a single
-matched token), so a block is priced with the rate of the match it would use; its first drafted token apart from
-the rest (:func:`dimr.decoding.costs.expected_tokens` with (first, rest)): the first is a guess, but once it is
-accepted the text that followed the match tends to go on (smollm2's prose after a one-token match: 0.12 of first
-tokens accepted, then nearly all later ones), which one i.i.d. rate prices as a short proposal's win and a long
-one's loss; and per prompt: whether text repeats is a property of the prompt, so each prompt's n-gram posterior
-starts from the pooled counts scaled to :data:`SEED` tokens and its own blocks soon outweigh them (pooled, a
-prompt whose text stopped repeating kept drawing 0.9 from earlier prompts' trigrams).
+posterior (Thompson sampling, as in bandit approaches to speculation such as BanditSpec), prices every arm with the
+cost model (:func:`dimr.decoding.costs.block`, plus the catch-up forward of a tier that sat out recent blocks) and
+runs one block of the fastest. The draft's catch-up is paid once for all of its later blocks, so a block bears the
+share of it that its tokens are of the tokens the draft's arms will emit (the tokens left times the share of tokens
+they emitted recently, :meth:`Chooser.used`): at a prompt's start the draft lags by the whole prompt, and charged
+whole to one block that priced sd below ar on mini's long code prompts, each ar block lengthening the lag (``ar``
+ran 9 of 24 choices on one prompt). That holds until the draft has run on the prompt: a later lag is the chooser's
+own interleaving, paid again at each return, and is charged whole. On smollm2's task at T = 0.7, where ``sd``
+emitted under a tenth of the tokens, its blocks after other arms took 76–91 ms against 70–75 after itself
+(``benchmarks/auto_anatomy.py``), priced with a share of the tokens left. The slim's is charged whole: spread too,
+it made hier run where it lost to sd. Every block is one block of a lossless mode run from the current sequence, so
+the output law is the full verifier's whatever the choices; greedy output equals ``ar``'s. The n-gram proposer is
+observed for free: after every block its would-be proposal is compared with the tokens emitted (each match is an
+unbiased draw of its acceptance q(x)), and its arms only compete in blocks where the last n-gram occurred before,
+priced at the length of what followed it and at its posterior mean, not a draw: seen whatever runs, it gains nothing
+from exploration, and its draws had run n-gram blocks that the mean said would lose (3 choices in 10 where it is
+accepted 9 times in 24 and ``ar`` is cheaper). Its acceptance is kept per matched n-gram length (a proposal after a
+matched trigram is accepted more often than one after a single matched token), so a block is priced with the rate of
+the match it would use; its first drafted token apart from the rest (:func:`dimr.decoding.costs.expected_tokens`
+with (first, rest)): the first is a guess, but once it is accepted the text that followed the match tends to go on
+(smollm2's prose after a one-token match: 0.12 of first tokens accepted, then nearly all later ones), which one
+i.i.d. rate prices as a short proposal's win and a long one's loss; and per prompt: whether text repeats is a
+property of the prompt, so each prompt's n-gram posterior starts from the pooled counts scaled to :data:`SEED`
+tokens and its own blocks soon outweigh them (pooled, a prompt whose text stopped repeating kept drawing 0.9 from
+earlier prompts' trigrams).
 
 The posterior counts live in the :class:`Chooser` and carry over between prompts, faded to at most
 :data:`HORIZON` tested tokens per pair (running estimates that still adapt to a new prompt). The chooser
@@ -95,6 +99,9 @@ PAIRS = (("draft", "full"), ("slim", "full"), ("lookup", "full"), ("draft", "sli
 CATCH_UP = {"sd": ("draft",), "self": ("slim",), "hier": ("draft", "slim")}  # tiers an arm brings up to date
 # tiers whose catch-up a block bears only its share of (its tokens / tokens left): the slim's is charged whole
 SPREAD = ("draft",)
+# ... over the tokens its arms are expected to emit: the tokens left × the share its arms emitted recently, at least
+# this share (a tier recent prompts barely used, charged its whole catch-up, would never run again)
+USAGE_FLOOR = 0.1
 DRAFTS = {"sd": ("draft", "full"), "self": ("slim", "full"), "lookup": ("lookup", "full")}  # two-tier arms' pair
 PRIOR = (1.0, 2.0)  # Beta(accepted + 1, rejected + 2): a mildly pessimistic start (mean 1/3)
 # tested tokens a calibrated acceptance m is worth: Beta(accepted + 1 + m·k, rejected + 1 + (1 - m)·k)
@@ -174,6 +181,9 @@ class Chooser:
     _checked: dict[tuple[str, str], int] = field(default_factory=dict, repr=False)  # next tested count to check at
     # ``remaining`` at or below which the decision not to test is revisited (None: at the next choice)
     _recheck: int | None = field(default=None, repr=False)
+    # SPREAD tier → [tokens emitted by blocks of arms that run it, all tokens emitted], faded to HORIZON tokens
+    usage: dict[str, list[float]] = field(default_factory=dict)
+    _caught: set[str] = field(default_factory=set, repr=False)  # SPREAD tiers an arm has run on this prompt
     _table: dict[tuple[str, int], float] = field(default_factory=dict, repr=False)
 
     def state(self) -> dict:
@@ -184,7 +194,7 @@ class Chooser:
                 "calibrated": {_key(p): m for p, m in self.calibrated.items()},
                 "overruled": sorted(_key(p) for p in self.overruled),
                 "scale": {_key(k) if isinstance(k, tuple) else k: v for k, v in self.scale.items()},
-                "overhead": dict(self.overhead)}
+                "overhead": dict(self.overhead), "usage": {t: list(u) for t, u in self.usage.items()}}
 
     @classmethod
     def from_state(cls, costs: Costs, arms: list[Arm], state: dict) -> Chooser:
@@ -195,10 +205,11 @@ class Chooser:
         out.scale = {(k.partition("|")[0], int(k.partition("|")[2])) if "|" in k else k: float(v)
                      for k, v in state["scale"].items()}
         out.overhead = {mode: float(v) for mode, v in state["overhead"].items()}
+        out.usage = {str(t): [float(used), float(all_)] for t, (used, all_) in state.get("usage", {}).items()}
         return out
 
     def new_prompt(self) -> None:
-        self.chosen, self.local, self._recheck = {}, {}, None
+        self.chosen, self.local, self._recheck, self._caught = {}, {}, None, set()
 
     def seeded(self, pair: tuple[str, str]) -> list[float]:
         """This prompt's counts of an n-gram pair: from the pooled ones scaled to :data:`SEED` tokens at first."""
@@ -261,6 +272,12 @@ class Chooser:
         if predictive_tail(round(accepted), tested, *self.prior(pair)) < CONFLICT:
             self.overruled.add(pair)
 
+    def used(self, tier: str) -> float:
+        """The share of tokens that arms running ``tier`` emitted recently (1 before any were emitted; at least
+        :data:`USAGE_FLOOR`): per token left, the tokens a :data:`SPREAD` tier's catch-up is paid back over."""
+        used, emitted = self.usage.get(tier, (0.0, 0.0))
+        return max(used / emitted, USAGE_FLOOR) if emitted else 1.0
+
     def tabled(self, tier: str, n: int) -> float:
         if (tier, n) not in self._table:
             self._table[(tier, n)] = self.costs(tier, n)
@@ -286,6 +303,16 @@ class Chooser:
                 old = self.scale.get(key, base)
                 step = min(max(ratio, old / STALL), old * STALL)  # a stall moves it by a factor 1 + RATE at most
                 self.scale[key] = old + RATE * (step - old)
+
+    def observe_tokens(self, arm: Arm, tokens: int) -> None:
+        """``arm``'s blocks just emitted ``tokens``: the running share of tokens that arms running each
+        :data:`SPREAD` tier emit, over which that tier's catch-up at a prompt's start is spread."""
+        for tier in SPREAD:
+            used = self.usage.setdefault(tier, [0.0, 0.0])
+            used[0] += tokens if tier in CATCH_UP.get(arm.mode, ()) else 0
+            used[1] += tokens
+            if used[1] > HORIZON:
+                used[0], used[1] = used[0] * HORIZON / used[1], HORIZON
 
     def observe_overhead(self, mode: str, seconds: float, verified: int = 1) -> None:
         """``seconds``: the time one block of ``mode`` spent outside its forwards (the step's own tensor code,
@@ -346,6 +373,7 @@ class Chooser:
                 arm = offered[max([i for i in within if offered[i].mode == arm.mode] or within or [0],
                                   key=speed.__getitem__)]
         self.chosen[arm.label] = self.chosen.get(arm.label, 0) + 1
+        self._caught.update(t for t in CATCH_UP.get(arm.mode, ()) if t in SPREAD)
         return arm
 
     def speeds(self, priced: list[Arm], rates: dict[tuple[str, str], float | tuple[float, float]],
@@ -367,8 +395,10 @@ class Chooser:
                 strict=True):
             seconds += self.overhead.get(arm.mode, 0.0) * verified(arm, g)
             for tier in CATCH_UP.get(arm.mode, ()):
-                # paid once for every later block of the arm: each block bears its share
-                share = min(1.0, tokens / remaining) if tier in SPREAD and remaining > 0 else 1.0
+                # the prompt's catch-up is paid once for every later block of the arm: each block bears its share;
+                # once the tier has run on the prompt, a lag is the chooser's own interleaving, paid at each return
+                spread = tier in SPREAD and tier not in self._caught and remaining > 0
+                share = min(1.0, tokens / (remaining * self.used(tier))) if spread else 1.0
                 seconds += catch_up[tier] * share
             out.append(tokens / seconds)
         return out
@@ -503,7 +533,8 @@ def drive(chooser: Chooser, rng: random.Random, walk: Walk) -> None:
     ngrams = any(a.mode == "lookup" for a in chooser.arms)
     while not walk.done:
         offered, ngram = walk.lookup()
-        arm = chooser.choose(rng, walk.lag(), offered, ngram, walk.remaining)
+        before = walk.remaining
+        arm = chooser.choose(rng, walk.lag(), offered, ngram, before)
         run = min(2 * run, RUN) if arm == last and not chooser.probing else 1
         last = arm
         seen, blocks, spent = [], 0, 0.0
@@ -517,6 +548,7 @@ def drive(chooser: Chooser, rng: random.Random, walk: Walk) -> None:
         if arm.mode != "lookup":
             seen += walk.lookup_seen()
         chooser.observe(_by_match(seen, ngram))
+        chooser.observe_tokens(arm, before - walk.remaining)
         walk.spent(arm, blocks, spent)
 
 
