@@ -899,10 +899,11 @@ def test_bench_forward_json_and_bad_input(tiny_pair, capsys, tmp_path):
 def test_auto_spreads_the_drafts_catch_up_over_the_tokens_left():
     """At a prompt's start the draft lags by the whole prompt. Charged whole to one block, its catch-up priced sd
     below ar on mini's long code prompts, and each ar block lengthened the lag. It is paid once for all of sd's
-    later blocks, so a block bears its share of the tokens left. Once the draft has run on the prompt, a lag is the
-    chooser's own interleaving, paid again at each return, so it is charged whole (smollm2's task: ``sd`` run one
-    block at a time between n-gram stretches, priced with a share of its catch-up, took 91 ms against 73 priced);
-    the slim's (self, hier) is always charged whole."""
+    later blocks, so a block bears its share of the tokens the draft's arms will emit (the tokens left × the share of
+    tokens they emitted recently). Once the draft has run on the prompt, a lag is the chooser's own interleaving,
+    paid again at each return, so it is charged whole (smollm2's task at T = 0.7: ``sd`` run a block at a time
+    between n-gram stretches took 76–91 ms a block after other arms, 70–75 after itself); the slim's (self, hier)
+    is always charged whole."""
     import random
 
     costs = Costs({"full": {1: 1.0, 17: 1.0}, "draft": {1: 0.05, 17: 0.85}, "slim": {1: 0.05, 17: 0.85}}, "test")

@@ -97,7 +97,7 @@ GAMMAS = (1, 2, 3, 4, 6, 8)
 HIER = ((1, 4), (2, 4), (2, 8), (4, 8), (4, 12), (4, 16))  # (γ, Γ)
 PAIRS = (("draft", "full"), ("slim", "full"), ("lookup", "full"), ("draft", "slim"))
 CATCH_UP = {"sd": ("draft",), "self": ("slim",), "hier": ("draft", "slim")}  # tiers an arm brings up to date
-# tiers whose catch-up a block bears only its share of (its tokens / tokens left): the slim's is charged whole
+# tiers whose prompt catch-up a block bears only its share of (its tokens / tokens left): the slim's is charged whole
 SPREAD = ("draft",)
 # ... over the tokens its arms are expected to emit: the tokens left × the share its arms emitted recently, at least
 # this share (a tier recent prompts barely used, charged its whole catch-up, would never run again)
@@ -188,7 +188,8 @@ class Chooser:
 
     def state(self) -> dict:
         """What the chooser has learned, as JSON-ready data (:meth:`from_state` reads it back): the tier pairs'
-        counts, calibrations and overruled calibrations, the measured/tabled time ratios and the step overheads.
+        counts, calibrations and overruled calibrations, the measured/tabled time ratios, the step overheads and
+        the draft's share of the tokens (:meth:`used`).
         The cost table and the arms are the decoder's, not part of it."""
         return {"counts": {_key(p): c for p, c in self.counts.items()},
                 "calibrated": {_key(p): m for p, m in self.calibrated.items()},
