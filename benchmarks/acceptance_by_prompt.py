@@ -23,6 +23,7 @@ import torch
 from transformers.utils import logging
 
 from dimr.decoding import DecodeConfig, Decoder, modes
+from dimr.decoding.auto import GAMMAS
 from dimr.decoding.bench import parse_spec
 from dimr.decoding.costs import expected_tokens
 from dimr.decoding.proposer import lookup_match
@@ -65,7 +66,7 @@ def main() -> None:
     block = modes.sd_block
 
     def recorded(proposer, full, out, gamma, *a, **k):  # sd's blocks, each one's accepted count kept
-        proposal, ngram = lookup_match(out.ids, 8)
+        proposal, ngram = lookup_match(out.ids, GAMMAS[-1])  # as auto looks it up
         matches.append(ngram if proposal.numel() else -1)
         seen = block(proposer, full, out, gamma, *a, **k)
         accepted.append(seen[0][2])

@@ -181,7 +181,7 @@ class Chooser:
     _checked: dict[tuple[str, str], int] = field(default_factory=dict, repr=False)  # next tested count to check at
     # ``remaining`` at or below which the decision not to test is revisited (None: at the next choice)
     _recheck: int | None = field(default=None, repr=False)
-    # SPREAD tier → [tokens emitted by blocks of arms that run it, all tokens emitted], faded to HORIZON tokens
+    # SPREAD tier → [tokens emitted by blocks of arms that run it, by other arms], faded to HORIZON tokens
     usage: dict[str, list[float]] = field(default_factory=dict)
     _caught: set[str] = field(default_factory=set, repr=False)  # SPREAD tiers an arm has run on this prompt
     _table: dict[tuple[str, int], float] = field(default_factory=dict, repr=False)
@@ -206,7 +206,7 @@ class Chooser:
         out.scale = {(k.partition("|")[0], int(k.partition("|")[2])) if "|" in k else k: float(v)
                      for k, v in state["scale"].items()}
         out.overhead = {mode: float(v) for mode, v in state["overhead"].items()}
-        out.usage = {str(t): [float(used), float(all_)] for t, (used, all_) in state.get("usage", {}).items()}
+        out.usage = {str(t): [float(used), float(other)] for t, (used, other) in state.get("usage", {}).items()}
         return out
 
     def new_prompt(self) -> None:
@@ -255,10 +255,7 @@ class Chooser:
         for proposer, target, accepted, tested in observations:
             own = [self.seeded((proposer, target))] if proposer.startswith("lookup") else []
             for c in [self.counts.setdefault((proposer, target), [0.0, 0.0]), *own]:
-                c[0], c[1] = c[0] + accepted, c[1] + tested - accepted
-                if c[0] + c[1] > HORIZON:
-                    fade = HORIZON / (c[0] + c[1])
-                    c[0], c[1] = c[0] * fade, c[1] * fade
+                _count(c, accepted, tested - accepted)
             self._check((proposer, target))
 
     def _check(self, pair: tuple[str, str]) -> None:
@@ -276,8 +273,8 @@ class Chooser:
     def used(self, tier: str) -> float:
         """The share of tokens that arms running ``tier`` emitted recently (1 before any were emitted; at least
         :data:`USAGE_FLOOR`): per token left, the tokens a :data:`SPREAD` tier's catch-up is paid back over."""
-        used, emitted = self.usage.get(tier, (0.0, 0.0))
-        return max(used / emitted, USAGE_FLOOR) if emitted else 1.0
+        used, other = self.usage.get(tier, (0.0, 0.0))
+        return max(used / (used + other), USAGE_FLOOR) if used + other else 1.0
 
     def tabled(self, tier: str, n: int) -> float:
         if (tier, n) not in self._table:
@@ -309,11 +306,8 @@ class Chooser:
         """``arm``'s blocks just emitted ``tokens``: the running share of tokens that arms running each
         :data:`SPREAD` tier emit, over which that tier's catch-up at a prompt's start is spread."""
         for tier in SPREAD:
-            used = self.usage.setdefault(tier, [0.0, 0.0])
-            used[0] += tokens if tier in CATCH_UP.get(arm.mode, ()) else 0
-            used[1] += tokens
-            if used[1] > HORIZON:
-                used[0], used[1] = used[0] * HORIZON / used[1], HORIZON
+            runs = tier in CATCH_UP.get(arm.mode, ())
+            _count(self.usage.setdefault(tier, [0.0, 0.0]), tokens if runs else 0, 0 if runs else tokens)
 
     def observe_overhead(self, mode: str, seconds: float, verified: int = 1) -> None:
         """``seconds``: the time one block of ``mode`` spent outside its forwards (the step's own tensor code,
@@ -389,6 +383,9 @@ class Chooser:
             return memo[(tier, n)]
 
         catch_up = {tier: price(tier, lag[tier] + 1) - price(tier, 1) for tier in lag}
+        # tokens the prompt's catch-up of a SPREAD tier is paid back over (none: charged whole)
+        over = {tier: remaining * self.used(tier) for tier in SPREAD
+                if tier in lag and tier not in self._caught and remaining > 0}
         gammas = [drafted(a, lookup_len) for a in priced]
         out = []
         for arm, g, (tokens, seconds) in zip(priced, gammas, blocks(
@@ -398,8 +395,7 @@ class Chooser:
             for tier in CATCH_UP.get(arm.mode, ()):
                 # the prompt's catch-up is paid once for every later block of the arm: each block bears its share;
                 # once the tier has run on the prompt, a lag is the chooser's own interleaving, paid at each return
-                spread = tier in SPREAD and tier not in self._caught and remaining > 0
-                share = min(1.0, tokens / (remaining * self.used(tier))) if spread else 1.0
+                share = min(1.0, tokens / over[tier]) if tier in over else 1.0
                 seconds += catch_up[tier] * share
             out.append(tokens / seconds)
         return out
@@ -421,6 +417,14 @@ class Chooser:
             if mine < best < max(speeds(own, {**means, pair: 1.0})) / WORTH:
                 return probe
         return None
+
+
+def _count(counts: list[float], hits: float, misses: float) -> None:
+    """Add to [hits, misses] counts, the older evidence faded so they hold at most :data:`HORIZON` tokens."""
+    counts[0], counts[1] = counts[0] + hits, counts[1] + misses
+    if counts[0] + counts[1] > HORIZON:
+        fade = HORIZON / (counts[0] + counts[1])
+        counts[0], counts[1] = counts[0] * fade, counts[1] * fade
 
 
 def _key(pair: tuple) -> str:
