@@ -406,27 +406,34 @@ def test_bench_draws_each_sampled_pass_with_its_own_seed(tiny_pair, monkeypatch)
 def test_auto_priors_for_the_draft_are_its_agreement_on_the_verifiers_own_continuations(tmp_path):
     """The draft model's pairs (against the full verifier and the slim), which no slim config calibrates, get
     auto's prior from the verifier's greedy continuations of calibration prompts: by hand with numpy, top-1
-    agreement and 1 − TV at every continued position. A decoder built from models knows no calibration text."""
+    agreement and 1 − TV at every continued position, each mean worth what its sequences' spread says. A decoder
+    built from models knows no calibration text."""
     import torch
 
     from dimr.calibration import load_calibration
+    from dimr.decoding.auto import calibration_worth
 
     light = slim_file("tiny-random", (1, 1, 0, 1, 1, 0, 1, 1), tmp_path / "light.json",
                       {"cost": 0.1, "top1_agreement": 0.9, "expected_acceptance": 0.8})
     dec = Decoder.load("tiny-random", slim=light, device="cpu")
     got = dec.calibrate_pairs(num_sequences=2, prompt_len=8, new_tokens=12)
     assert got[("slim", "full")]["top1_agreement"] == 0.9  # the slim config's own, untouched
-    sums = {pair: np.zeros(2) for pair in (("draft", "full"), ("draft", "slim"))}
+    rates = {pair: [] for pair in (("draft", "full"), ("draft", "slim"))}  # per sequence: top-1, 1 − TV
+    lengths = []
     for prompt in load_calibration(dec.calibration, dec.tokenizer, 2, 8).input_ids:
-        ids = torch.cat([prompt, torch.tensor(dec.run(prompt, "ar", DecodeConfig(max_new_tokens=12)).tokens)])
+        new = dec.run(prompt, "ar", DecodeConfig(max_new_tokens=12)).tokens
+        ids, _ = torch.cat([prompt, torch.tensor(new)]), lengths.append(len(new))
         probs = {t.name: torch.softmax(t.model(input_ids=ids[None]).logits[0, 7:-1].double(), -1).detach().numpy()
                  for t in (dec.full, dec.draft, dec.slim)}
-        for (proposer, target), acc in sums.items():
+        for (proposer, target), rows in rates.items():
             p, q = probs[target], probs[proposer]
-            acc += [np.mean(p.argmax(-1) == q.argmax(-1)) / 2, np.mean(1 - 0.5 * np.abs(p - q).sum(-1)) / 2]
-    for pair, (top1, accept) in sums.items():
+            rows.append([np.mean(p.argmax(-1) == q.argmax(-1)), np.mean(1 - 0.5 * np.abs(p - q).sum(-1))])
+    for pair, rows in rates.items():
+        (top1, accept), tokens = np.mean(rows, 0), np.mean(lengths)
         assert got[pair]["top1_agreement"] == pytest.approx(top1) and got[pair]["expected_acceptance"] == pytest.approx(
             accept, abs=1e-5)
+        for i, key in enumerate(("top1_agreement", "expected_acceptance")):  # what each mean is worth as a prior
+            assert got[pair][key + "_worth"] == pytest.approx(calibration_worth([r[i] for r in rows], tokens), abs=1e-4)
     built = Decoder.from_models(dec.full.model, dec.draft.model, dec.slim.model, dec.tokenizer)
     assert built.calibrate_pairs() == {}
     built.calibration = str(tmp_path / "missing.txt")  # unreadable: the pairs are left to their tests

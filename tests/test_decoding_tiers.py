@@ -409,13 +409,15 @@ def test_auto_chooser_state_round_trips():
     import random
 
     costs = Costs({"full": {1: 1.0, 2: 1.2, 17: 2.0}, "draft": {1: 0.2}, "slim": {1: 0.6}}, "test")
-    chooser = Chooser(costs, arms(draft=True, slim=True), calibrated={("slim", "full"): 0.9})
+    chooser = Chooser(costs, arms(draft=True, slim=True), calibrated={("slim", "full"): 0.9, ("draft", "full"): 0.6},
+                      worth={("draft", "full"): 6.0})
     chooser.observe([("draft", "full", 5, 8), ("lookup@2", "full", 3, 4), ("slim", "full", 1, 8)])
     chooser.observe_forwards("full", [(2, 1.5), (1, 0.9)])
     chooser.observe_overhead("sd", 0.01, 3)
     assert chooser.overruled == {("slim", "full")}  # 1 of 8 against a 0.9 calibration
     back = Chooser.from_state(costs, chooser.arms, json.loads(json.dumps(chooser.state())))
     assert (back.counts, back.calibrated, back.overruled) == (chooser.counts, chooser.calibrated, chooser.overruled)
+    assert back.worth == chooser.worth and back.prior(("draft", "full")) == pytest.approx((1 + 3.6, 1 + 2.4))
     assert (back.scale, back.overhead) == (chooser.scale, chooser.overhead) and ("full", 2) in back.scale
     chooser.new_prompt()  # a restarted process starts a prompt: the per-prompt n-gram counts are not saved
     lag, one, two = {"draft": 0, "slim": 0}, random.Random(3), random.Random(3)
@@ -448,6 +450,31 @@ def test_auto_starts_a_calibrated_slim_from_its_calibration():
     picked = [good.choose(rng, {"slim": 0}) for _ in range(200)]
     assert not good.probing and sum(a.mode == "self" for a in picked) > 190  # it wins at its means: no test
     assert {a.gamma for a in picked if a.mode == "self"} == {1}  # its γ still grows with its own evidence only
+
+
+def test_auto_weighs_a_calibration_by_how_far_its_sequences_spread():
+    """A calibration is worth as many tested tokens as the concentration k of the Beta law whose beta-binomial
+    spread (scipy) the calibration's per-sequence rates show: two rates m ± d with that variance give k back. Rates
+    that agree no more than sampling allows are worth CALIBRATED (calibration text is not the workload's); rates
+    spread wider than any Beta allows (0 and 1) are worth nothing. smollm2's draft (eight calibration continuations
+    of 48 tokens, 0.10–0.52) is worth far less than CALIBRATED, and the chooser prices from it."""
+    from scipy.stats import betabinom
+
+    from dimr.decoding.auto import CALIBRATED, calibration_worth
+
+    for m, k, tokens in ((0.3, 6.0, 48), (0.75, 2.5, 64), (0.5, 12.0, 20)):
+        d = math.sqrt(betabinom(tokens, m * k, (1 - m) * k).var() / tokens**2 / 2)  # sample variance 2d²
+        assert calibration_worth([m - d, m + d], tokens) == pytest.approx(k, rel=1e-9)
+    assert calibration_worth([0.3, 0.3, 0.3], 48) == CALIBRATED == calibration_worth([0.3], 48)
+    assert calibration_worth([0.0, 1.0], 48) == 0.0
+    smollm2 = [0.41, 0.46, 0.38, 0.52, 0.15, 0.14, 0.12, 0.10]  # its expected acceptance per sequence
+    worth = calibration_worth(smollm2, 48)
+    assert 3.0 < worth < 8.0
+    chooser = Chooser(Costs({"full": {1: 1.0}}, "test"), [Arm("ar")], calibrated={("draft", "full"): 0.28},
+                      worth={("draft", "full"): worth})
+    assert chooser.prior(("draft", "full")) == pytest.approx((1 + 0.28 * worth, 1 + 0.72 * worth))
+    assert Chooser(chooser.costs, chooser.arms, calibrated={("draft", "full"): 0.28}).prior(
+        ("draft", "full")) == pytest.approx((1 + 0.28 * CALIBRATED, 1 + 0.72 * CALIBRATED))  # no spread known
 
 
 def test_auto_drops_a_calibration_its_pair_contradicts():

@@ -21,7 +21,7 @@ from torch import Tensor
 from transformers import PreTrainedModel
 
 from dimr.decoding import modes, verify
-from dimr.decoding.auto import Chooser, arms, auto
+from dimr.decoding.auto import Chooser, arms, auto, calibration_worth
 from dimr.decoding.costs import Costs, measure
 from dimr.decoding.modes import Escalate
 from dimr.decoding.proposer import ModelProposer, NgramProposer
@@ -35,6 +35,7 @@ MODES = ("ar", "sd", "self", "via", "lookup", "hier", "auto")
 NEEDS_SLIM = ("self", "via", "hier")
 LOSSLESS_ONLY = ("hier", "auto")  # modes that take no relaxed verification rule
 COST_LENGTHS = (1, 2, 3, 5, 9, 13, 17)  # forward lengths `auto` prices (γ + 1 up to 9, Γ + 1 up to 17)
+WORTH_SUFFIX = "_worth"  # a calibrated metric's companion: the tested tokens it is worth as auto's prior
 CHOOSER_FORMAT = "dimr-auto-chooser/1"  # the file `Decoder.save_choosers` writes
 STEP_PROMPT = "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n"  # measure_steps' text
 
@@ -214,8 +215,10 @@ class Decoder:
             else:
                 self.calibrate_pairs()
                 key = "top1_agreement" if temperature == 0 else "expected_acceptance"
-                self.choosers[temperature] = Chooser(costs, own, calibrated={
-                    pair: m[key] for pair, m in self.calibrated.items() if math.isfinite(m.get(key, math.nan))})
+                measured = {pair: m for pair, m in self.calibrated.items() if math.isfinite(m.get(key, math.nan))}
+                self.choosers[temperature] = Chooser(
+                    costs, own, calibrated={pair: m[key] for pair, m in measured.items()},
+                    worth={pair: m[key + WORTH_SUFFIX] for pair, m in measured.items() if key + WORTH_SUFFIX in m})
         return self.choosers[temperature]
 
     def save_choosers(self, path: str | Path) -> Path:
@@ -249,13 +252,15 @@ class Decoder:
         self.choosers = {}
 
     @torch.inference_mode()
-    def calibrate_pairs(self, num_sequences: int = 2, prompt_len: int = 32,
-                        new_tokens: int = 64) -> dict[tuple[str, str], dict[str, float]]:
+    def calibrate_pairs(self, num_sequences: int = 8, prompt_len: int = 32,
+                        new_tokens: int = 48) -> dict[tuple[str, str], dict[str, float]]:
         """``auto``'s priors for the model-drafted tier pairs no slim config calibrated (the draft model against
         the full verifier and against the slim): each pair's top-1 agreement and expected acceptance on the full
         verifier's own greedy continuations of ``num_sequences`` calibration prompts, the text a decode drafts
         for (on the calibration text itself mini's draft agrees with the verifier on 0.38 of tokens, on
-        its continuations of HumanEval prompts 0.74). A pair with a prior is tested by its first blocks only where
+        its continuations of HumanEval prompts 0.74), and what that mean is worth as a prior
+        (:func:`~dimr.decoding.auto.calibration_worth` of the sequences' spread, under ``<metric>_worth``). A pair
+        with a prior is tested by its first blocks only where
         its mode could win and its prior says it loses. Once per decoder; nothing without a calibration text at
         hand (a decoder built by :meth:`from_models`, a hub dataset offline): those pairs start from no prior (a
         failed measurement is kept as NaN, the mark of a metric not measured, so it is not tried again)."""
@@ -274,19 +279,23 @@ class Decoder:
             return self.calibrated
         tiers = {t.name: t for t in (self.full, self.draft, self.slim) if t is not None}
         rows: dict[tuple[str, str], list[dict[str, float]]] = {pair: [] for pair in pairs}
+        lengths = []
         for prompt in prompts.to(self.device):
             new = self.run(prompt, "ar", DecodeConfig(max_new_tokens=new_tokens)).tokens
             if not new:  # the verifier ended at once
                 continue
+            lengths.append(len(new))
             ids = torch.cat([prompt, torch.tensor(new, device=self.device, dtype=prompt.dtype)])[None]
             logits = {name: tiers[name].model(input_ids=ids, use_cache=False).logits[0, prompt.numel() - 1:-1]
                       for name in {name for pair in pairs for name in pair}}
             vocab = min(v.shape[-1] for v in logits.values())  # a draft's embedding may be padded further
             for pair in pairs:
                 rows[pair].append(evaluate_logits(logits[pair[1]][:, :vocab], logits[pair[0]][:, :vocab]))
+        tokens = sum(lengths) / max(len(lengths), 1)
         for pair, measured in rows.items():
-            self.calibrated[pair] = {key: sum(m[key] for m in measured) / len(measured) if measured else math.nan
-                                     for key in unmeasured}
+            rates = {key: [m[key] for m in measured] for key in unmeasured}
+            self.calibrated[pair] = {key: sum(r) / len(r) if r else math.nan for key, r in rates.items()}
+            self.calibrated[pair].update({key + WORTH_SUFFIX: calibration_worth(r, tokens) for key, r in rates.items()})
         return self.calibrated
 
     @property
