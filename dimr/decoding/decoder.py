@@ -260,10 +260,10 @@ class Decoder:
         for (on the calibration text itself mini's draft agrees with the verifier on 0.38 of tokens, on
         its continuations of HumanEval prompts 0.74), and what that mean is worth as a prior
         (:func:`~dimr.decoding.auto.calibration_worth` of the sequences' spread, under ``<metric>_worth``). A pair
-        with a prior is tested by its first blocks only where
-        its mode could win and its prior says it loses. Once per decoder; nothing without a calibration text at
-        hand (a decoder built by :meth:`from_models`, a hub dataset offline): those pairs start from no prior (a
-        failed measurement is kept as NaN, the mark of a metric not measured, so it is not tried again)."""
+        with a prior is tested by its first blocks only where its mode could win and its prior says it loses. Once
+        per decoder; nothing without a calibration text at hand (a decoder built by :meth:`from_models`, a hub
+        dataset offline): those pairs start from no prior (a failed measurement is kept as NaN, the mark of a metric
+        not measured, so it is not tried again)."""
         from dimr.calibration import load_calibration
         from dimr.cost import evaluate_logits
 
