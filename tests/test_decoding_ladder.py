@@ -422,7 +422,8 @@ def test_auto_priors_for_the_draft_are_its_agreement_on_the_verifiers_own_contin
     lengths = []
     for prompt in load_calibration(dec.calibration, dec.tokenizer, 2, 8).input_ids:
         new = dec.run(prompt, "ar", DecodeConfig(max_new_tokens=12)).tokens
-        ids, _ = torch.cat([prompt, torch.tensor(new)]), lengths.append(len(new))
+        ids = torch.cat([prompt, torch.tensor(new)])
+        lengths.append(len(new))
         probs = {t.name: torch.softmax(t.model(input_ids=ids[None]).logits[0, 7:-1].double(), -1).detach().numpy()
                  for t in (dec.full, dec.draft, dec.slim)}
         for (proposer, target), rows in rates.items():
