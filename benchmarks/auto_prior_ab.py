@@ -19,7 +19,6 @@ import torch
 
 from dimr.decoding import DecodeConfig, Decoder
 from dimr.decoding.auto import Chooser, arms
-from dimr.decoding.decoder import WORTH_SUFFIX
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_tiers import workload  # noqa: E402
@@ -39,19 +38,16 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     dec = Decoder.load(args.pair, slim=args.slim, device="cpu")
     costs = dec.measure_costs()
-    dec.calibrate_pairs()
-    key = "top1_agreement" if args.temperature == 0 else "expected_acceptance"
-    calibrated = {p: m[key] for p, m in dec.calibrated.items()}
-    worth = {p: m[key + WORTH_SUFFIX] for p, m in dec.calibrated.items() if key + WORTH_SUFFIX in m}
-    print("calibrated", {"/".join(p): round(m, 3) for p, m in calibrated.items()},
-          "worth", {"/".join(p): round(k, 1) for p, k in worth.items()})
+    cold = dec.auto_chooser(args.temperature)  # the priors `decode` starts from: each pass copies them
+    print("calibrated", {"/".join(p): round(m, 3) for p, m in cold.calibrated.items()},
+          "worth", {"/".join(p): round(k, 1) for p, k in cold.worth.items()})
     prompts = [dec.encode(t) for t in workload(args.pair, args.workload, args.prompts)]
     eos, ratios = dec.eos_token_ids(), []
     for p in range(args.passes):
         seconds, tokens = dict.fromkeys(("worth", "flat", "ar"), 0.0), dict.fromkeys(("worth", "flat", "ar"), 0)
         own = arms(draft=True, slim=dec.slim is not None)
-        choosers = {"worth": Chooser(costs, own, calibrated=dict(calibrated), worth=dict(worth)),
-                    "flat": Chooser(costs, own, calibrated=dict(calibrated))}
+        choosers = {"worth": Chooser(costs, own, calibrated=dict(cold.calibrated), worth=dict(cold.worth)),
+                    "flat": Chooser(costs, own, calibrated=dict(cold.calibrated))}
         for i, ids in enumerate(prompts):
             for variant in (("worth", "flat", "ar") if (i + p) % 2 == 0 else ("ar", "flat", "worth")):
                 config = DecodeConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
