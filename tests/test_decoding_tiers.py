@@ -771,35 +771,41 @@ def test_costs_interpolate_and_extrapolate():
 
 
 def test_a_measured_row_keeps_each_cells_fastest_round_even_where_it_falls(monkeypatch: pytest.MonkeyPatch):
-    """Each cell is its fastest timed round (a burst in one round is dropped; the warm-up round is not timed), and a
+    """Each cell is its fastest timed round (a burst in one round is dropped; the warm-up round is not timed), a
     row that falls with more tokens (CPU kernels faster at 4 tokens than at 3) is kept as measured, not lowered to
-    a non-decreasing envelope that would price the 3-token forward at the 4-token one's cost."""
+    a non-decreasing envelope that would price the 3-token forward at the 4-token one's cost, and a tier's first
+    forward after another tier's (here 5 s slower: its weights evicted) is not one of the timed cells."""
     from dimr.decoding import costs as costs_module
 
-    clock = [0.0]
+    clock, last = [0.0], [None]
     cost = {1: 1.0, 2: 1.5, 3: 2.5, 4: 1.8}  # seconds of each forward size on this "machine"
 
     class ClockedTier:
         model = SimpleNamespace(device=torch.device("cpu"))
-        rounds = 0
+
+        def __init__(self, scale: float) -> None:
+            self.scale, self.seen = scale, dict.fromkeys(cost, 0)
 
         def reset(self, capacity: int = 0) -> None:
             pass
 
         def forward(self, x: torch.Tensor, keep: int) -> None:
             n = x.numel()
+            cold = 5.0 if last[0] is not self else 0.0
+            last[0] = self
             if n in cost:
-                if n == 1:
-                    self.rounds += 1
-                # round 0 (warm-up) is slow everywhere; round 2 has a burst on n = 2
-                clock[0] += cost[n] * (5.0 if self.rounds == 1 else 1.0) + (9.0 if self.rounds == 3 and n == 2 else 0)
+                first, burst = self.seen[n] == 0, n == 2 and self.seen[n] == 2  # round 0 slow; round 2's burst
+                self.seen[n] += 1
+                clock[0] += self.scale * cost[n] * (5.0 if first else 1.0) + cold + (9.0 if burst else 0.0)
 
         def crop(self, length: int) -> None:
             pass
 
     monkeypatch.setattr(costs_module.time, "perf_counter", lambda: clock[0])
-    table = costs_module.measure({"full": ClockedTier()}, lengths=(1, 2, 3, 4), reps=3, prefix=8).table
+    tiers = {"draft": ClockedTier(0.1), "full": ClockedTier(1.0)}
+    table = costs_module.measure(tiers, lengths=(1, 2, 3, 4), reps=3, prefix=8).table
     assert table["full"] == pytest.approx(cost)
+    assert table["draft"] == pytest.approx({n: 0.1 * c for n, c in cost.items()})
 
 
 @pytest.mark.parametrize(("gamma", "window", "alpha"), [(2, 8, 0.5), (4, 12, 0.8), (1, 4, 0.3), (4, 4, 1.0)])

@@ -110,10 +110,13 @@ def measure(tiers: Mapping[str, object], lengths: Iterable[int] = range(1, 17), 
     once (after one untimed round that warms every shape), and a cell keeps its fastest round. The minimum, not
     the median: on a shared machine every disturbance only adds time, so the fastest run is the forward's own
     cost. Rounds, not a cell's reps back to back: a slow spell (other load, or the first seconds after loading)
-    then spoils one round of every cell instead of every rep of a few cells. A row may fall with more tokens, and is
-    kept so: CPU matrix kernels are faster for some sizes than for smaller ones (smollm2's verifier at one thread:
-    93 ms for 2 tokens, 115 for 3, 84 for 4, fastest and median alike), and a non-decreasing envelope had priced
-    its 2-token forward a tenth below what it took, letting ``auto`` test and run γ = 1 arms that lost."""
+    then spoils one round of every cell instead of every rep of a few cells. Each tier's round starts with an
+    untimed forward: its first cell would otherwise pay for reloading weights the other tiers evicted from the CPU
+    caches (mini's draft: 1.37 ms for one token in that position, 0.98 after a warm forward). A row may fall with
+    more tokens, and is kept so: CPU matrix kernels are faster for some sizes than for smaller ones (smollm2's
+    verifier at one thread: 92 ms for 2 tokens, 112 for 3, 85 for 4, fastest and median alike; mini's draft 1.26,
+    1.22, 0.90), and a non-decreasing envelope had priced smollm2's 2-token forward a tenth below what it took,
+    letting ``auto`` test and run γ = 1 arms that lost."""
     lengths = sorted(set(lengths))
     for tier in tiers.values():
         tier.reset(prefix + lengths[-1] + 1)
@@ -121,6 +124,8 @@ def measure(tiers: Mapping[str, object], lengths: Iterable[int] = range(1, 17), 
     best = {name: dict.fromkeys(lengths, math.inf) for name in tiers}
     for r in range(reps + 1):
         for name, tier in tiers.items():
+            tier.forward(torch.arange(lengths[0], device=tier.model.device) % 50 + 7, keep=lengths[0])
+            tier.crop(prefix)  # untimed: the round's first timed cell must not pay for another tier's evictions
             for n in lengths:
                 x = torch.arange(n, device=tier.model.device) % 50 + 7
                 t0 = time.perf_counter()
