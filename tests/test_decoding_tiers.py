@@ -191,11 +191,10 @@ def test_auto_prefers_the_arm_the_costs_favour():
     assert {chooser.choose(rng, {"draft": 0, "slim": 0}).mode for _ in range(20)} == {"ar"}
 
 
-def test_auto_runs_the_mode_of_highest_speed_at_its_draws_at_the_gamma_best_at_the_means():
-    """Each choice's mode is that of the arm of most tokens/s by :func:`block` at the drawn acceptance (the draws
-    redone here with a copy of the chooser's generator, in its order), and its γ (Γ) that of the mode's fastest arm
-    at the posterior means: the chooser prices all arms in one pass, hier's windows of one γ from one fill table,
-    and must pick what pricing each arm alone picks."""
+def test_auto_runs_the_arm_of_highest_speed_at_its_draws():
+    """Each choice is the arm of most tokens/s by :func:`block` at the drawn acceptance (the draws redone here with
+    a copy of the chooser's generator, in its order): the chooser prices all arms in one pass, hier's windows of
+    one γ from one fill table, and must pick what pricing each arm alone picks."""
     import random
 
     from dimr.decoding.auto import INNER, PAIRS, within_band
@@ -206,25 +205,19 @@ def test_auto_runs_the_mode_of_highest_speed_at_its_draws_at_the_gamma_best_at_t
     chooser = Chooser(costs, arms(True, True))
     chooser.counts = {("draft", "full"): [20.0, 12.0], ("slim", "full"): [40.0, 3.0], INNER: [24.0, 4.0],
                       ("lookup", "full"): [5.0, 30.0], ("lookup+", "full"): [5.0, 5.0]}
-    def speeds(at: dict) -> dict[Arm, float]:
-        at = {**at, INNER: within_band(at[INNER], at[("draft", "full")], at[("slim", "full")])}
-        return {a: (lambda tokens, seconds: tokens / seconds)(*block(a.mode, a.gamma, Acceptance(at), costs,
-                                                                     a.window)) for a in chooser.arms}
-
-    rng, picked, gammas = random.Random(3), set(), set()
+    rng, picked = random.Random(3), set()
     for _ in range(60):
         twin = random.Random()
         twin.setstate(rng.getstate())
         rates = {pair: chooser.lookup_means(0) if pair == ("lookup", "full") else twin.betavariate(
             chooser.counts[pair][0] + PRIOR[0], chooser.counts[pair][1] + PRIOR[1]) for pair in PAIRS}
-        drawn, at_means = speeds(rates), speeds(chooser.means())
+        rates[INNER] = within_band(rates[INNER], rates[("draft", "full")], rates[("slim", "full")])
+        speed = {a: (lambda tokens, seconds: tokens / seconds)(*block(a.mode, a.gamma, Acceptance(rates), costs,
+                                                                       a.window)) for a in chooser.arms}
         arm = chooser.choose(rng, {"draft": 0, "slim": 0})
-        assert not chooser.probing and arm.mode == max(drawn, key=drawn.__getitem__).mode
-        assert at_means[arm] == max(v for a, v in at_means.items() if a.mode == arm.mode)
-        picked.add(arm.mode)
-        gammas.add(max((a for a in drawn if a.mode == arm.mode), key=drawn.__getitem__) == arm)
-    assert picked >= {"sd", "self", "hier"}  # the draws move the best mode
-    assert gammas == {True, False}  # ... and would have moved its γ too
+        assert not chooser.probing and speed[arm] == max(speed.values())
+        picked.add(arm.label)
+    assert {label.partition("/")[0] for label in picked} >= {"sd", "self", "hier"}  # the draws move the best arm
     specs = [(a.mode, a.gamma, a.window) for a in chooser.arms]  # windows of one γ: 2/4 with 2/8, 4/8 with 4/12, 4/16
     assert blocks(specs, Acceptance(rates), costs) == [block(m, g, Acceptance(rates), costs, w) for m, g, w in specs]
 

@@ -67,12 +67,10 @@ on greedy code, whose acceptance is 0.74) drew below the n-gram and ``ar`` arms 
 hier's inner pair (the draft against the slim) is tested the same way, with its shortest arm (γ = 1, Γ = 4):
 otherwise it is never seen, and hier never ran where it was the fastest fixed mode (mini, T = 0.7, the task).
 
-The draw picks the mode; the posterior means pick its γ (and Γ), and the evidence caps the bet. The draw is how
-an uncertain pair gets explored, and any γ of its mode tests it; the γ that is fastest at a draw is the draw's
-noise (a low draw of mini's draft on greedy task ran sd/3 and sd/4 on half the choices, where sd/6 was fastest).
-An arm's γ (and Γ) runs at most 1 + the tokens its tier pair has seen accepted, as an adaptive draft length
-starts short and grows on success: the chooser runs the drawn mode at the best γ within the cap. A pair that only
-pays at a long γ (a verification of 5 tokens costing little more than one of 2) is thus still tried, and a cold
+The draw picks the mode; the evidence caps its bet. An arm's γ (and Γ) runs at most 1 + the tokens its tier
+pair has seen accepted, as an adaptive draft length starts short and grows on success: when the draw's best
+arm is longer than that, the chooser runs the same mode at the best γ within the cap. A pair that only pays
+at a long γ (a verification of 5 tokens costing little more than one of 2) is thus still tried, and a cold
 try costs one drafted token, which tells as much as eight when the first is rejected.
 """
 
@@ -365,19 +363,15 @@ class Chooser:
             self._recheck = remaining - MIN_TESTED if arm is None and remaining > 0 else None
         self.probing = arm is not None
         if arm is None:
-            # The draw's best arm, whatever its evidence, says which mode to try; the posterior means then pick its
-            # γ among those its evidence allows (a pair with little evidence bets small; else the best allowed arm).
-            # γ from the draw had added noise and no information: on mini's greedy task, where sd/6 runs at 284
-            # tok/s, low draws ran sd/3 and sd/4 (242, 261) on half the choices.
+            # The draw's best arm, whatever its evidence, says which mode to try; a pair with little evidence
+            # then bets small: the same mode at the best γ its evidence allows (else the best allowed arm).
             speed = speeds(offered, rates)
-            mode = offered[max(range(len(offered)), key=speed.__getitem__)].mode
-            pool = ([a for a in offered if a.mode == mode and allowed(a)] or [a for a in offered if allowed(a)]
-                    or offered[:1])
-            if len(pool) > 1:
-                at_means = speeds(pool, means)
-                arm = pool[max(range(len(pool)), key=at_means.__getitem__)]
-            else:
-                arm = pool[0]
+            best = max(range(len(offered)), key=speed.__getitem__)
+            arm = offered[best]
+            if not allowed(arm):
+                within = [i for i, a in enumerate(offered) if allowed(a)]
+                arm = offered[max([i for i in within if offered[i].mode == arm.mode] or within or [0],
+                                  key=speed.__getitem__)]
         self.chosen[arm.label] = self.chosen.get(arm.label, 0) + 1
         self._caught.update(t for t in CATCH_UP.get(arm.mode, ()) if t in SPREAD)
         return arm
