@@ -1,0 +1,63 @@
+"""What the ``auto`` A/B scripts (``auto_prior_ab.py``, ``auto_table_ab.py``) share: their command line, and
+passes in which every variant decodes every prompt, the variants interleaved prompt by prompt (their order
+alternating), so all see the same machine state."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+import torch
+
+from dimr.decoding import DecodeConfig, Decoder
+from dimr.decoding.auto import Chooser
+from dimr.decoding.bench import parse_spec
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_tiers import workload  # noqa: E402
+
+
+def parser(doc: str, workload: str, temperature: float) -> argparse.ArgumentParser:
+    """The A/B scripts' common options (a script adds its own before parsing)."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--pair", default="mini")
+    ap.add_argument("--slim", default=None)
+    ap.add_argument("--workload", default=workload, choices=("code", "prose", "task"))
+    ap.add_argument("--temperature", type=float, default=temperature)
+    ap.add_argument("--prompts", type=int, default=16)
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--passes", type=int, default=4)
+    ap.add_argument("--threads", type=int, default=1)
+    return ap
+
+
+def load(args: argparse.Namespace) -> tuple[Decoder, list[torch.Tensor]]:
+    """The decoder on the CPU at ``--threads``, and the workload's prompts encoded."""
+    torch.set_num_threads(args.threads)
+    dec = Decoder.load(args.pair, slim=args.slim, device="cpu")
+    return dec, [dec.encode(t) for t in workload(args.pair, args.workload, args.prompts)]
+
+
+def interleaved(dec: Decoder, prompts: list[torch.Tensor], args: argparse.Namespace, variants: Sequence[str],
+                choosers: Callable[[], dict[str, Chooser]]) -> Iterator[dict[str, float]]:
+    """Per pass, each variant's tokens/s: a variant named in ``choosers()`` (called once a pass: cold choosers)
+    decodes with ``auto`` and that chooser, any other is a row spec (``ar``, ``sd@4``)."""
+    eos = dec.eos_token_ids()
+    for p in range(args.passes):
+        seconds, tokens = dict.fromkeys(variants, 0.0), dict.fromkeys(variants, 0)
+        own = choosers()
+        for i, ids in enumerate(prompts):
+            for variant in (variants if (i + p) % 2 == 0 else variants[::-1]):
+                config = DecodeConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                                      seed=1000 * p + i, eos_token_ids=eos)
+                mode, config = parse_spec("auto" if variant in own else variant, config)
+                if variant in own:
+                    dec.choosers = {args.temperature: own[variant]}
+                start = time.perf_counter()
+                result = dec.run(ids, mode, config)
+                seconds[variant] += time.perf_counter() - start
+                tokens[variant] += len(result.tokens)
+        yield {v: tokens[v] / seconds[v] for v in variants}
