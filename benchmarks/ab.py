@@ -42,9 +42,11 @@ def load(args: argparse.Namespace) -> tuple[Decoder, list[torch.Tensor]]:
 
 
 def interleaved(dec: Decoder, prompts: list[torch.Tensor], args: argparse.Namespace, variants: Sequence[str],
-                choosers: Callable[[], dict[str, Chooser]]) -> Iterator[dict[str, float]]:
+                choosers: Callable[[], dict[str, Chooser]],
+                before: Callable[[str], None] | None = None) -> Iterator[dict[str, float]]:
     """Per pass, each variant's tokens/s: a variant named in ``choosers()`` (called once a pass: cold choosers)
-    decodes with ``auto`` and that chooser, any other is a row spec (``ar``, ``sd@4``)."""
+    decodes with ``auto`` and that chooser, any other is a row spec (``ar``, ``sd@4``); ``before(variant)``, if
+    given, runs before each of its decodes (untimed)."""
     eos = dec.eos_token_ids()
     for p in range(args.passes):
         seconds, tokens = dict.fromkeys(variants, 0.0), dict.fromkeys(variants, 0)
@@ -56,6 +58,8 @@ def interleaved(dec: Decoder, prompts: list[torch.Tensor], args: argparse.Namesp
                 mode, config = parse_spec("auto" if variant in own else variant, config)
                 if variant in own:
                     dec.choosers = {args.temperature: own[variant]}
+                if before is not None:
+                    before(variant)
                 start = time.perf_counter()
                 result = dec.run(ids, mode, config)
                 seconds[variant] += time.perf_counter() - start

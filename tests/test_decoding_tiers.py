@@ -695,10 +695,25 @@ def test_auto_posterior_fades_to_its_horizon():
     assert a / (a + r) < 0.12
 
 
+def stretches(emitted: list[int]) -> list[int]:
+    """The choices' stretches (blocks each) that blocks emitting ``emitted`` tokens make when every choice picks the
+    same mode: each runs blocks until it has emitted 1, 2, 4… up to RUN tokens (at least one block)."""
+    from dimr.decoding.auto import RUN
+
+    out, budget, i = [], 1, 0
+    while i < len(emitted):
+        made, start = 0, i
+        while i < len(emitted) and (i == start or made < budget):
+            made, i = made + emitted[i], i + 1
+        out.append(i - start)
+        budget = min(2 * budget, RUN)
+    return out
+
+
 @pytest.mark.parametrize("arm", [Arm("ar"), Arm("sd", 2)], ids=["ar", "sd"])
 def test_auto_runs_longer_stretches_when_one_arm_keeps_winning(decoder: Decoder, arm: Arm):
-    """With one arm only, choices are made for 1, 2, 4, 4… blocks: fewer choices than blocks, the same output as
-    the fixed mode."""
+    """With one arm only, each choice runs blocks until it has emitted 1, 2, 4… up to RUN tokens: fewer choices than
+    blocks, the same output as the fixed mode."""
     config = DecodeConfig(max_new_tokens=NEW_TOKENS, temperature=0.8, seed=3, gamma=max(arm.gamma, 1))
     chooser = Chooser(Costs({t: {1: 1.0} for t in ("draft", "slim", "full")}, "test"), [arm])
     chooser.counts[("draft", "full")] = [1e3, 0.0]  # the γ cap lets sd run γ = 2 from the first block
@@ -706,11 +721,22 @@ def test_auto_runs_longer_stretches_when_one_arm_keeps_winning(decoder: Decoder,
     result = auto(chooser, decoder.full, decoder.draft, decoder.slim, PROMPT, config, decoder.vocab_size, trace)
     assert result.tokens == decoder.run(PROMPT, arm.mode, config).tokens
     assert all(a == arm for a, *_ in trace)
-    from dimr.decoding.auto import RUN
+    expected = stretches([len(emitted) for *_, emitted in trace])
+    assert chooser.chosen == {arm.label: len(expected)} and len(expected) < len(trace)
 
-    runs = [1, 2] + [RUN] * len(trace)
-    expected = next(k for k in range(1, len(trace) + 1) if sum(runs[:k]) >= len(trace))
-    assert chooser.chosen == {arm.label: expected} and expected < len(trace)
+
+def test_auto_stretch_lengthens_while_the_mode_wins_whatever_its_gamma(decoder: Decoder):
+    """A choice of the mode that ran the last stretch lengthens the stretch even at another γ."""
+    config = DecodeConfig(max_new_tokens=NEW_TOKENS, temperature=0.8, seed=3)
+    chooser = Chooser(Costs({t: {1: 1.0} for t in ("draft", "slim", "full")}, "test"), [Arm("sd", 2), Arm("sd", 3)])
+    picks = iter([Arm("sd", 2), Arm("sd", 3)] * NEW_TOKENS)
+    chosen: list[Arm] = []
+    chooser.choose = lambda *a, **k: (chosen.append(next(picks)), chosen[-1])[1]
+    trace: list = []
+    auto(chooser, decoder.full, decoder.draft, decoder.slim, PROMPT, config, decoder.vocab_size, trace)
+    lengths = stretches([len(emitted) for *_, emitted in trace])
+    assert len(chosen) == len(lengths) < len(trace)
+    assert [a for a, *_ in trace] == [a for a, n in zip(chosen, lengths, strict=True) for _ in range(n)]
 
 
 def test_auto_stretch_of_ngram_blocks_ends_where_the_match_changes(decoder: Decoder):

@@ -41,7 +41,7 @@ verified token it had priced a 2-token sd block's 0.4 ms of choosing into every 
 block in proportion to its γ + 1: where a forward costs a few milliseconds (``mini``) that is 10–15% of an
 ``sd`` or ``lookup`` block (0.6 ms) and about 5% of an ``ar`` step. Choices then depend on timing, so a sampled
 ``auto`` decode with a fixed seed may take other paths between runs; its law does not change. When one arm wins
-again and again, each choice runs a longer stretch of its blocks (up to :data:`RUN`), which keeps the chooser's own
+again and again, each choice runs a longer stretch of its blocks (:data:`RUN`), which keeps the chooser's own
 time (the choice, the n-gram look-up) off the per-token cost once the choice has settled; the n-gram proposer is
 then observed once per choice. A stretch of n-gram blocks ends where the match it was priced at does: past it a
 block drafts nothing and yields one token for a full forward. A stretch of another mode ends where a longer match
@@ -115,7 +115,9 @@ RATIO_BOUNDS = (0.2, 5.0)  # one forward's ratio is clipped to this: a single st
 # 1 + RATE at most, while a tier that really runs slower still reaches its ratio within a few dozen forwards
 STALL = 2.0
 OBSERVED = max(w for _, w in HIER) + 1  # longer forwards (the prompt's prefill, a long catch-up) are not timed
-RUN = 4  # an arm chosen again and again runs 1, 2, 4… blocks per choice, up to this: fewer choices, same law
+# a mode chosen again and again runs blocks until it has emitted 1, 2, 4… tokens per choice (at least one block), up
+# to this: fewer choices, same law
+RUN = 16
 # tokens a model-drafted pair (sd's, self's) is tested on before the draws alone decide whether it runs again
 MIN_TESTED = 8
 LOOKUP = ("lookup", "full")
@@ -555,21 +557,30 @@ def _stretch_ends(arm: Arm, priced: int, now: int, ngrams: bool) -> bool:
     return now != priced if arm.mode == "lookup" else ngrams and now > priced
 
 
+def _stretched(blocks: int, tokens: int) -> int:
+    """How far a stretch of ``blocks`` blocks that emitted ``tokens`` tokens has gone, in :data:`RUN`'s unit."""
+    return tokens
+
+
+def _settled(arm: Arm, last: Arm | None) -> bool:
+    """Whether the choice of ``arm`` after ``last`` goes on with a longer stretch: the same mode, whatever its γ."""
+    return last is not None and arm.mode == last.mode
+
+
 def drive(chooser: Chooser, rng: random.Random, walk: Walk) -> None:
     """``auto``'s loop: a choice, a stretch of its blocks, the observations; until the walk is done."""
     chooser.new_prompt()
-    run, last = 0, None  # blocks the last choice ran, and its arm
+    run, last = 0, None  # the last choice's stretch (tokens, :func:`_stretched`), and its arm
     ngrams = any(a.mode == "lookup" for a in chooser.arms)
     while not walk.done:
         offered, ngram = walk.lookup()
         before = walk.remaining
         arm = chooser.choose(rng, walk.lag(), offered, ngram, before)
-        run = min(2 * run, RUN) if arm == last and not chooser.probing else 1
+        run = min(2 * run, RUN) if _settled(arm, last) and not chooser.probing else 1
         last = arm
         seen, blocks, spent = [], 0, 0.0
-        for _ in range(run):
-            if walk.done or (blocks and _stretch_ends(arm, ngram, walk.ngram(), ngrams)):
-                break
+        while not walk.done and not (blocks and (_stretched(blocks, before - walk.remaining) >= run
+                                                 or _stretch_ends(arm, ngram, walk.ngram(), ngrams))):
             blocks += 1
             began = time.perf_counter()
             seen += walk.block(arm)

@@ -1,0 +1,51 @@
+"""``auto`` with each choice's stretch counted in tokens (blocks until it has emitted 1, 2, 4… up to 16 tokens, a new
+γ of the same mode going on with the stretch) against the rule before, counted in blocks (1, 2, 4, 4… blocks while
+the same arm wins), beside ``ar`` and one fixed mode: one cold chooser per variant and pass, the variants
+interleaved prompt by prompt (their order alternating), so all see the same machine state. Prints each pass's
+tokens/s and the ratio of the two ``auto`` variants.
+
+    python benchmarks/auto_stretch_ab.py --pair mini --slim benchmarks/results/mini_slim.json --workload task \
+        --temperature 0 --prompts 16 --passes 16 --fixed sd@3
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from pathlib import Path
+
+from dimr.decoding import auto
+from dimr.decoding.auto import Chooser, arms
+
+sys.path.insert(0, str(Path(__file__).parent))
+from ab import interleaved, load, parser  # noqa: E402
+
+RULES = {"tokens": (auto.RUN, auto._stretched, auto._settled),
+         "blocks": (4, lambda blocks, tokens: blocks, lambda arm, last: arm == last)}
+
+
+def main() -> None:
+    ap = parser(__doc__, "task", 0.0)
+    ap.add_argument("--fixed", default="sd@3", help="a fixed mode to run beside them (mode@gamma)")
+    args = ap.parse_args()
+    dec, prompts = load(args)
+    dec.measure_costs()
+    cold = dec.auto_chooser(args.temperature)  # the priors `decode` starts from: each pass copies them
+    own = arms(draft=True, slim=dec.slim is not None)
+
+    def choosers() -> dict[str, Chooser]:
+        return {v: Chooser(cold.costs, own, calibrated=dict(cold.calibrated), worth=dict(cold.worth)) for v in RULES}
+
+    def before(variant: str) -> None:
+        auto.RUN, auto._stretched, auto._settled = RULES.get(variant, RULES["tokens"])
+
+    variants, ratios = ("tokens", "blocks", "ar", args.fixed), []
+    for p, speed in enumerate(interleaved(dec, prompts, args, variants, choosers, before)):
+        ratios.append(speed["tokens"] / speed["blocks"])
+        print(f"pass {p}: x ar: " + ", ".join(f"{v} {speed[v] / speed['ar']:.2f}" for v in variants)
+              + f"; tokens / blocks {ratios[-1]:.3f}", flush=True)
+    print(f"median tokens / blocks over {args.passes} passes: {statistics.median(ratios):.3f}")
+
+
+if __name__ == "__main__":
+    main()
