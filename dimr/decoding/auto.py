@@ -40,13 +40,17 @@ per mode and verified token (the choice's own time is not in it: every arm pays 
 verified token it had priced a 2-token sd block's 0.4 ms of choosing into every longer γ), added to each
 block in proportion to its γ + 1: where a forward costs a few milliseconds (``mini``) that is 10–15% of an
 ``sd`` or ``lookup`` block (0.6 ms) and about 5% of an ``ar`` step. Choices then depend on timing, so a sampled
-``auto`` decode with a fixed seed may take other paths between runs; its law does not change. When one arm wins
-again and again, each choice runs a longer stretch of its blocks (:data:`RUN`), which keeps the chooser's own
-time (the choice, the n-gram look-up) off the per-token cost once the choice has settled; the n-gram proposer is
-then observed once per choice. A stretch of n-gram blocks ends where the match it was priced at does: past it a
-block drafts nothing and yields one token for a full forward. A stretch of another mode ends where a longer match
-than the one at its choice appears, so the n-gram arms are priced there: on mini's greedy prose, ``sd`` stretches
-had run on through repeats where an n-gram block emitted 1.4 times the tokens per second.
+``auto`` decode with a fixed seed may take other paths between runs; its law does not change. When one mode wins
+again and again, each choice runs a longer stretch of its blocks, until it has emitted 1, 2, 4… up to :data:`RUN`
+tokens, which keeps the chooser's own time (the choice, the n-gram look-up) off the per-token cost once the choice
+has settled; the n-gram proposer is then observed once per choice. The stretch is counted in tokens, so a choice is
+a bet of about the same size whatever its arm's block length: counted in blocks (up to 4), hier/2/8's 8-token
+blocks had emitted 22% of mini's prose at T = 0.7 on 11% of the choices, at 0.85 of sd/2's speed. It lengthens
+when the same mode wins at another γ: draws flipping between sd/3 and sd/4 had cut it back to one block. A
+stretch of n-gram blocks ends where the match it was priced at does: past it a block drafts nothing and yields
+one token for a full forward. A stretch of another mode ends where a longer match than the one at its choice
+appears, so the n-gram arms are priced there: on mini's greedy prose, ``sd`` stretches had run on through repeats
+where an n-gram block emitted 1.4 times the tokens per second.
 
 A pair whose acceptance was measured offline starts from it: a slim config carries its slim's top-1 agreement and
 expected acceptance with the full verifier on calibration text (:attr:`Chooser.calibrated`), and a decoder loaded
@@ -116,7 +120,7 @@ RATIO_BOUNDS = (0.2, 5.0)  # one forward's ratio is clipped to this: a single st
 STALL = 2.0
 OBSERVED = max(w for _, w in HIER) + 1  # longer forwards (the prompt's prefill, a long catch-up) are not timed
 # a mode chosen again and again runs blocks until it has emitted 1, 2, 4… tokens per choice (at least one block), up
-# to this: fewer choices, same law
+# to this many: fewer choices, same law
 RUN = 16
 # tokens a model-drafted pair (sd's, self's) is tested on before the draws alone decide whether it runs again
 MIN_TESTED = 8
