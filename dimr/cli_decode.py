@@ -150,7 +150,7 @@ def decode(pair: str = PAIR, slim: Path = SLIM, draft_slim: Path = DRAFT_SLIM,
     _prepare(threads)
     with status(f"loading pair {pair}"):
         decoder = Decoder.load(pair, slim=slim, device=device, pairs_file=pairs_file, compiled=compiled,
-                               timed=stats or as_json, draft_slim=draft_slim)
+                               timed=True if stats or as_json else None, draft_slim=draft_slim)
     decoder.costs = table
     if chooser_state is not None and chooser_state.exists():
         decoder.load_choosers(chooser_state)

@@ -165,3 +165,17 @@ def _one_prompt():
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__]))
+
+
+def test_decode_auto_on_the_cpu_prices_by_the_times_it_measures_without_stats(slim_json, capsys, tmp_path):
+    """Without `--stats` the tiers are still timed on the CPU (timing costs nothing there), so `auto` rescales its cost
+    table by the forwards it runs, as in the benchmark; untimed, its chooser had priced every arm by the table
+    alone and learned no step work."""
+    good, _ = slim_json
+    state = tmp_path / "auto.json"
+    code, out, err = run_cli(["decode", "--pair", "tiny-random", "--slim", str(good), "--mode", "auto", "--prompt",
+                              "def f(x):", "--max-new-tokens", "12", "--ignore-eos", "--chooser-state", str(state)],
+                             capsys)
+    assert code == 0, err
+    (chooser,) = json.loads(state.read_text())["choosers"].values()
+    assert chooser["scale"] and chooser["overhead"]

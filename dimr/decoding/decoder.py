@@ -101,8 +101,10 @@ class Decoder:
     @classmethod
     def load(cls, pair: str, slim: str | Path | None = None, device: str | None = None,
              pairs_file: Path | None = None, mask: Sequence[bool] | None = None, compiled: bool | None = False,
-             timed: bool = True, draft_slim: str | Path | None = None) -> Decoder:
+             timed: bool | None = True, draft_slim: str | Path | None = None) -> Decoder:
         """Load ``pair``'s models on ``device``; the slim verifier from a slim config (or a raw ``mask``).
+        ``timed``: time every forward (``auto`` prices its arms by those times); None: timed unless on a GPU, where
+        timing synchronises the device at every forward.
         ``draft_slim``: the ladder: the draft tier is this (more heavily skipped) slim verifier instead of the
         pair's draft model, which then does not load; both slims share every weight with the verifier.
         ``compiled=None``: compiled on a GPU (exact: a decode longer than a sliding window runs eagerly), eager on
@@ -130,6 +132,8 @@ class Decoder:
             slim_model = slim_verifier(verifier, mask)
         if compiled is None:
             compiled = dev.type == "cuda"
+        if timed is None:
+            timed = dev.type != "cuda"
         draft = apply_slim_config(draft_cfg, verifier) if draft_cfg is not None else load_model(p, "draft", dev)
         out = cls.from_models(verifier, draft, slim_model, load_tokenizer(p), compiled, timed)
         out.calibrated = {pair: c.metrics for pair, c in ((("slim", "full"), cfg), (("draft", "full"), draft_cfg))
