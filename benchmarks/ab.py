@@ -5,6 +5,7 @@ alternating), so all see the same machine state."""
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -65,3 +66,14 @@ def interleaved(dec: Decoder, prompts: list[torch.Tensor], args: argparse.Namesp
                 seconds[variant] += time.perf_counter() - start
                 tokens[variant] += len(result.tokens)
         yield {v: tokens[v] / seconds[v] for v in variants}
+
+
+def compare(speeds: Iterator[dict[str, float]], variants: Sequence[str], a: str, b: str, passes: int) -> None:
+    """Print each pass's tokens/s of ``variants`` as ratios to ``ar``'s and the ratio of variant ``a`` to ``b``,
+    then that ratio's median over the ``passes`` passes."""
+    ratios = []
+    for p, speed in enumerate(speeds):
+        ratios.append(speed[a] / speed[b])
+        print(f"pass {p}: x ar: " + ", ".join(f"{v} {speed[v] / speed['ar']:.2f}" for v in variants)
+              + f"; {a} / {b} {ratios[-1]:.3f}", flush=True)
+    print(f"median {a} / {b} over {passes} passes: {statistics.median(ratios):.3f}")

@@ -10,7 +10,6 @@ tokens/s and the ratio of the two ``auto`` variants.
 
 from __future__ import annotations
 
-import statistics
 import sys
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from dimr.decoding import auto
 from dimr.decoding.auto import Chooser, arms
 
 sys.path.insert(0, str(Path(__file__).parent))
-from ab import interleaved, load, parser  # noqa: E402
+from ab import compare, interleaved, load, parser  # noqa: E402
 
 RULES = {"tokens": (auto.RUN, auto._stretched, auto._settled),
          "blocks": (4, lambda blocks, tokens: blocks, lambda arm, last: arm == last)}
@@ -39,12 +38,8 @@ def main() -> None:
     def before(variant: str) -> None:
         auto.RUN, auto._stretched, auto._settled = RULES.get(variant, RULES["tokens"])
 
-    variants, ratios = ("tokens", "blocks", "ar", args.fixed), []
-    for p, speed in enumerate(interleaved(dec, prompts, args, variants, choosers, before)):
-        ratios.append(speed["tokens"] / speed["blocks"])
-        print(f"pass {p}: x ar: " + ", ".join(f"{v} {speed[v] / speed['ar']:.2f}" for v in variants)
-              + f"; tokens / blocks {ratios[-1]:.3f}", flush=True)
-    print(f"median tokens / blocks over {args.passes} passes: {statistics.median(ratios):.3f}")
+    variants = ("tokens", "blocks", "ar", args.fixed)
+    compare(interleaved(dec, prompts, args, variants, choosers, before), variants, "tokens", "blocks", args.passes)
 
 
 if __name__ == "__main__":

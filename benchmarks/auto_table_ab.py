@@ -10,7 +10,6 @@ Prints each pass's tokens/s and the ratio of the two ``auto`` variants.
 from __future__ import annotations
 
 import math
-import statistics
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -18,7 +17,7 @@ from pathlib import Path
 from dimr.decoding.auto import Chooser, arms
 
 sys.path.insert(0, str(Path(__file__).parent))
-from ab import interleaved, load, parser  # noqa: E402
+from ab import compare, interleaved, load, parser  # noqa: E402
 
 
 def envelope(row: dict[int, float]) -> dict[int, float]:
@@ -47,12 +46,8 @@ def main() -> None:
         return {v: Chooser(t, own, calibrated=dict(cold.calibrated), worth=dict(cold.worth))
                 for v, t in tables.items()}
 
-    variants, ratios = ("measured", "envelope", "ar", args.fixed), []
-    for p, speed in enumerate(interleaved(dec, prompts, args, variants, choosers)):
-        ratios.append(speed["measured"] / speed["envelope"])
-        print(f"pass {p}: x ar: " + ", ".join(f"{v} {speed[v] / speed['ar']:.2f}" for v in variants)
-              + f"; measured / envelope {ratios[-1]:.3f}", flush=True)
-    print(f"median measured / envelope over {args.passes} passes: {statistics.median(ratios):.3f}")
+    variants = ("measured", "envelope", "ar", args.fixed)
+    compare(interleaved(dec, prompts, args, variants, choosers), variants, "measured", "envelope", args.passes)
 
 
 if __name__ == "__main__":
