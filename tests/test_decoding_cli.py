@@ -163,10 +163,6 @@ def _one_prompt():
     return path
 
 
-if __name__ == "__main__":
-    sys.exit(pytest.main([__file__]))
-
-
 def test_decode_auto_on_the_cpu_prices_by_the_times_it_measures_without_stats(slim_json, capsys, tmp_path):
     """Without `--stats` the tiers are still timed on the CPU (timing costs nothing there), so `auto` rescales its cost
     table by the forwards it runs, as in the benchmark; untimed, its chooser had priced every arm by the table
@@ -179,3 +175,7 @@ def test_decode_auto_on_the_cpu_prices_by_the_times_it_measures_without_stats(sl
     assert code == 0, err
     (chooser,) = json.loads(state.read_text())["choosers"].values()
     assert chooser["scale"] and chooser["overhead"]
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__]))
