@@ -1,6 +1,6 @@
-"""What the ``auto`` A/B scripts (``auto_prior_ab.py``, ``auto_table_ab.py``) share: their command line, and
-passes in which every variant decodes every prompt, the variants interleaved prompt by prompt (their order
-alternating), so all see the same machine state."""
+"""What the ``auto`` A/B scripts (``auto_prior_ab.py``, ``auto_table_ab.py``, ``auto_stretch_ab.py``) share:
+their command line, and passes in which every variant decodes every prompt, the variants interleaved prompt by
+prompt (their order alternating), so all see the same machine state."""
 
 from __future__ import annotations
 
@@ -68,12 +68,12 @@ def interleaved(dec: Decoder, prompts: list[torch.Tensor], args: argparse.Namesp
         yield {v: tokens[v] / seconds[v] for v in variants}
 
 
-def compare(speeds: Iterator[dict[str, float]], variants: Sequence[str], a: str, b: str, passes: int) -> None:
+def compare(speeds: Iterator[dict[str, float]], variants: Sequence[str], a: str, b: str) -> None:
     """Print each pass's tokens/s of ``variants`` as ratios to ``ar``'s and the ratio of variant ``a`` to ``b``,
-    then that ratio's median over the ``passes`` passes."""
+    then that ratio's median over the passes."""
     ratios = []
     for p, speed in enumerate(speeds):
         ratios.append(speed[a] / speed[b])
         print(f"pass {p}: x ar: " + ", ".join(f"{v} {speed[v] / speed['ar']:.2f}" for v in variants)
               + f"; {a} / {b} {ratios[-1]:.3f}", flush=True)
-    print(f"median {a} / {b} over {passes} passes: {statistics.median(ratios):.3f}")
+    print(f"median {a} / {b} over {len(ratios)} passes: {statistics.median(ratios):.3f}")

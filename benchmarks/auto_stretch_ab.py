@@ -39,7 +39,7 @@ def main() -> None:
         auto.RUN, auto._stretched, auto._settled = RULES.get(variant, RULES["tokens"])
 
     variants = ("tokens", "blocks", "ar", args.fixed)
-    compare(interleaved(dec, prompts, args, variants, choosers, before), variants, "tokens", "blocks", args.passes)
+    compare(interleaved(dec, prompts, args, variants, choosers, before), variants, "tokens", "blocks")
 
 
 if __name__ == "__main__":

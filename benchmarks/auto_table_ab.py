@@ -47,7 +47,7 @@ def main() -> None:
                 for v, t in tables.items()}
 
     variants = ("measured", "envelope", "ar", args.fixed)
-    compare(interleaved(dec, prompts, args, variants, choosers), variants, "measured", "envelope", args.passes)
+    compare(interleaved(dec, prompts, args, variants, choosers), variants, "measured", "envelope")
 
 
 if __name__ == "__main__":
