@@ -796,6 +796,22 @@ def test_costs_interpolate_and_extrapolate():
     assert COSTS.scaled({"draft": 2.0})("draft", 7) == 0.020 and COSTS.scaled({})("full", 3) == COSTS("full", 3)
 
 
+def test_costs_past_the_table_follow_the_rows_middle_chord_and_never_fall():
+    """Past its last length a row goes on along the chord from the length nearest half the last, never falling: a
+    kernel fast at one size tilts the last segment (smollm2's slim in one run: 163 ms at 13 tokens, 128 at 17), and
+    extended from it a 53-token catch-up was priced below nothing, so ``auto`` priced a tier that had sat out the
+    whole prompt *faster* for its catch-up (the slim then ran on every prompt)."""
+    ms = {"full": {1: 66.8, 5: 110.4, 9: 141.3, 13: 184.0, 17: 140.8},
+          "slim": {1: 57.1, 5: 97.1, 9: 125.5, 13: 162.8, 17: 127.5}}  # that run's task table
+    table = Costs({t: {n: c / 1e3 for n, c in row.items()} for t, row in ms.items()}, "test")
+    assert table("slim", 53) == pytest.approx((127.5 + (127.5 - 125.5) / 8 * 36) / 1e3)
+    assert Costs({"slim": {1: 0.05, 9: 0.15, 17: 0.12}}, "test")("slim", 53) == pytest.approx(0.12)
+    chooser = Chooser(table, [Arm("ar"), Arm("self", 2)], adapt=False)
+    chooser.observe([("slim", "full", 65, 100)])
+    (current,), (lagging,) = (chooser.speeds([Arm("self", 2)], chooser.means(), {"slim": lag}) for lag in (0, 52))
+    assert 0 < lagging < current
+
+
 def test_a_measured_row_keeps_each_cells_fastest_round_even_where_it_falls(monkeypatch: pytest.MonkeyPatch):
     """Each cell is its fastest timed round (a burst in one round is dropped; the warm-up round is not timed), a
     row that falls with more tokens (CPU kernels faster at 4 tokens than at 3) is kept as measured, not lowered to

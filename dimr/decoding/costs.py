@@ -2,7 +2,8 @@
 
 - :class:`Costs` holds c(tier, n), the seconds of one forward of ``n`` tokens on a warm KV cache, per tier
   (``draft``, ``slim``, ``full``; ``lookup`` — the n-gram proposer — costs nothing). Between measured
-  lengths it interpolates linearly, beyond the last one it extrapolates the last slope.
+  lengths it interpolates linearly; beyond the last one it goes on along the chord from the measured length
+  nearest half the last, never falling.
 - :func:`measure` times the tiers of a :class:`~dimr.decoding.Decoder` on the machine at hand
   (``dimr bench-forward``); :func:`roofline` predicts them for a named GPU from parameter counts alone:
   weight bytes / memory bandwidth, flat in n up to the compute knee (2·params·n FLOPs / peak), plus a fixed
@@ -59,8 +60,12 @@ class Costs:
         for (n0, c0), (n1, c1) in zip(points, points[1:], strict=False):
             if n <= n1:
                 return c0 + (c1 - c0) * (n - n0) / (n1 - n0)
-        (n0, c0), (n1, c1) = points[-2], points[-1]
-        return c1 + (c1 - c0) * (n - n1) / (n1 - n0)
+        # the chord from the middle of the row, not the last segment: a kernel that is fast at one size tilts a short
+        # one (smollm2's slim, one run: 163 ms at 13 tokens, 128 at 17; extended from those two, a 53-token catch-up
+        # was priced at -190 ms, and `auto` ran its slim on every prompt of the task, 2.6 s of 18.5)
+        n1, c1 = points[-1]
+        n0, c0 = min(points[:-1], key=lambda p: abs(p[0] - n1 / 2))
+        return c1 + max(c1 - c0, 0.0) * (n - n1) / (n1 - n0)
 
     def relative(self, tier: str, n: int) -> float:
         """c(tier, n) / c(full, 1): multiples of one autoregressive step."""
