@@ -1,6 +1,6 @@
-"""What the ``auto`` A/B scripts (``auto_prior_ab.py``, ``auto_table_ab.py``, ``auto_stretch_ab.py``) share:
-their command line, and passes in which every variant decodes every prompt, the variants interleaved prompt by
-prompt (their order alternating), so all see the same machine state."""
+"""What the ``auto`` A/B scripts (``auto_prior_ab.py``, ``auto_table_ab.py``, ``auto_stretch_ab.py``,
+``auto_tail_ab.py``) share: their command line, and passes in which every variant decodes every prompt, the
+variants interleaved prompt by prompt (their order alternating), so all see the same machine state."""
 
 from __future__ import annotations
 
