@@ -14,8 +14,9 @@ from pathlib import Path
 import torch
 
 from dimr.decoding import DecodeConfig, Decoder
-from dimr.decoding.auto import Chooser
+from dimr.decoding.auto import Chooser, arms
 from dimr.decoding.bench import parse_spec
+from dimr.decoding.costs import Costs
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_tiers import workload  # noqa: E402
@@ -77,3 +78,28 @@ def compare(speeds: Iterator[dict[str, float]], variants: Sequence[str], a: str,
         print(f"pass {p}: x ar: " + ", ".join(f"{v} {speed[v] / speed['ar']:.2f}" for v in variants)
               + f"; {a} / {b} {ratios[-1]:.3f}", flush=True)
     print(f"median {a} / {b} over {len(ratios)} passes: {statistics.median(ratios):.3f}")
+
+
+def tables_ab(doc: str, workload: str, temperature: float, fixed: str,
+              variants: Callable[[Costs], dict[str, Costs]]) -> None:
+    """The main of an A/B of two cost tables (``auto_table_ab.py``, ``auto_tail_ab.py``): ``variants`` makes them from
+    the table measured now; each prices a cold chooser per pass, beside ``ar`` and ``--fixed``. Prints each table's
+    rows and a 60-token catch-up (a tier's c(61) − c(1)), then :func:`compare` of the first variant to the second."""
+    ap = parser(doc, workload, temperature)
+    ap.add_argument("--fixed", default=fixed, help="a fixed mode to run beside them (mode@gamma)")
+    args = ap.parse_args()
+    dec, prompts = load(args)
+    tables = variants(dec.measure_costs())
+    for name, table in tables.items():
+        for tier, row in table.table.items():
+            print(f"{name} {tier}", " ".join(f"{n}:{c * 1e3:.2f}" for n, c in sorted(row.items())),
+                  f"ms; a 60-token catch-up {(table(tier, 61) - table(tier, 1)) * 1e3:.2f} ms")
+    cold = dec.auto_chooser(args.temperature)  # the priors `decode` starts from: each pass copies them
+    own = arms(draft=True, slim=dec.slim is not None)
+
+    def choosers() -> dict[str, Chooser]:
+        return {v: Chooser(t, own, calibrated=dict(cold.calibrated), worth=dict(cold.worth)) for v, t in tables.items()}
+
+    a, b = tables
+    names = (a, b, "ar", args.fixed)
+    compare(interleaved(dec, prompts, args, names, choosers), names, a, b)

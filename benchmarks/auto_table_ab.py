@@ -14,10 +14,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from dimr.decoding.auto import Chooser, arms
-
 sys.path.insert(0, str(Path(__file__).parent))
-from ab import compare, interleaved, load, parser  # noqa: E402
+from ab import tables_ab  # noqa: E402
 
 
 def envelope(row: dict[int, float]) -> dict[int, float]:
@@ -30,24 +28,8 @@ def envelope(row: dict[int, float]) -> dict[int, float]:
 
 
 def main() -> None:
-    ap = parser(__doc__, "code", 0.7)
-    ap.add_argument("--fixed", default="sd@4", help="a fixed mode to run beside them (mode@gamma)")
-    args = ap.parse_args()
-    dec, prompts = load(args)
-    measured = dec.measure_costs()
-    tables = {"measured": measured, "envelope": replace(measured, table={
-        tier: envelope(dict(row)) for tier, row in measured.table.items()})}
-    for tier, row in measured.table.items():
-        print(tier, " ".join(f"{n}:{c * 1e3:.2f}" for n, c in sorted(row.items())), "ms")
-    cold = dec.auto_chooser(args.temperature)  # the priors `decode` starts from: each pass copies them
-    own = arms(draft=True, slim=dec.slim is not None)
-
-    def choosers() -> dict[str, Chooser]:
-        return {v: Chooser(t, own, calibrated=dict(cold.calibrated), worth=dict(cold.worth))
-                for v, t in tables.items()}
-
-    variants = ("measured", "envelope", "ar", args.fixed)
-    compare(interleaved(dec, prompts, args, variants, choosers), variants, "measured", "envelope")
+    tables_ab(__doc__, "code", 0.7, "sd@4", lambda measured: {"measured": measured, "envelope": replace(
+        measured, table={tier: envelope(dict(row)) for tier, row in measured.table.items()})})
 
 
 if __name__ == "__main__":

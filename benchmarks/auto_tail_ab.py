@@ -12,14 +12,13 @@ variants.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
-from dimr.decoding.auto import Chooser, arms
 from dimr.decoding.costs import Costs
 
 sys.path.insert(0, str(Path(__file__).parent))
-from ab import compare, interleaved, load, parser  # noqa: E402
+from ab import tables_ab  # noqa: E402
 
 BEFORE = 17  # the table's last length before
 
@@ -36,28 +35,14 @@ class LastSegment(Costs):
         return c1 + (c1 - c0) * (n - n1) / (n1 - n0)
 
 
+def before(measured: Costs) -> Costs:
+    """The table as it was measured before: 1-9, 13 and 17 tokens, extended from its last segment."""
+    rows = {tier: {n: c for n, c in row.items() if n <= BEFORE} for tier, row in measured.table.items()}
+    return LastSegment(rows, measured.source)
+
+
 def main() -> None:
-    ap = parser(__doc__, "task", 0.0)
-    ap.add_argument("--fixed", default="sd@6", help="a fixed mode to run beside them (mode@gamma)")
-    args = ap.parse_args()
-    dec, prompts = load(args)
-    measured = dec.measure_costs()
-    before = LastSegment({t: {n: c for n, c in row.items() if n <= BEFORE} for t, row in measured.table.items()},
-                         measured.source)
-    tables = {"chord": measured, "segment": before}
-    for tier, row in measured.table.items():
-        print(tier, " ".join(f"{n}:{c * 1e3:.2f}" for n, c in sorted(row.items())), "ms;",
-              "a 60-token catch-up", " ".join(f"{v} {t(tier, 61) * 1e3 - t(tier, 1) * 1e3:.2f}"
-                                                for v, t in tables.items()), "ms")
-    cold = dec.auto_chooser(args.temperature)  # the priors `decode` starts from: each pass copies them
-    own = arms(draft=True, slim=dec.slim is not None)
-
-    def choosers() -> dict[str, Chooser]:
-        return {v: Chooser(replace(t, steps=measured.steps) if t is before else t, own,
-                           calibrated=dict(cold.calibrated), worth=dict(cold.worth)) for v, t in tables.items()}
-
-    variants = ("chord", "segment", "ar", args.fixed)
-    compare(interleaved(dec, prompts, args, variants, choosers), variants, "chord", "segment")
+    tables_ab(__doc__, "task", 0.0, "sd@6", lambda measured: {"chord": measured, "segment": before(measured)})
 
 
 if __name__ == "__main__":
