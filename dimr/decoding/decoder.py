@@ -37,7 +37,7 @@ LOSSLESS_ONLY = ("hier", "auto")  # modes that take no relaxed verification rule
 # forward lengths `auto` prices: every γ + 1 up to 9, and Γ + 1 up to 17. Each measured, not interpolated: on a CPU
 # a row is not smooth in n (smollm2's verifier at one thread: 112 ms for 3 tokens, 85 for 4, 97 for 5, where
 # interpolating 3 and 5 had priced 4 at 104); and 33, for a tier's catch-up after it sat out (a prompt is 30-60
-# tokens): smollm2's slim took 227-243 ms for 53 tokens, which the chord from 17 to 33 prices at 226-236
+# tokens): smollm2's slim took 217 ms for 53 tokens, which the chord from 17 to 33 prices at 215
 COST_LENGTHS = (*range(1, 10), 13, 17, 33)
 WORTH_SUFFIX = "_worth"  # a calibrated metric's companion: the tested tokens it is worth as auto's prior
 CHOOSER_FORMAT = "dimr-auto-chooser/1"  # the file `Decoder.save_choosers` writes
