@@ -146,6 +146,16 @@ def main() -> None:
     for (mode, before), (n, tokens, seconds) in sorted(blocks.items()):
         print(f"    {mode:9s} after {before:9s} {n:5d} blocks  {tokens / n:5.2f} tok/block  "
               f"{seconds / n * 1e3:6.2f} ms/block  {tokens / seconds:7.1f} tok/s")
+    fastest = max((m for m in totals if m != "auto"), key=lambda m: totals[m][0] / totals[m][1])
+    speed = totals[fastest][0] / totals[fastest][1]
+    print(f"  seconds each {'arm' if args.arms else 'mode'}'s blocks lost against {fastest}'s speed (their tokens at "
+          f"{speed:.0f} tok/s; the rest of auto's loss is outside the blocks):")
+    by_label = defaultdict(lambda: [0, 0.0])
+    for (label, _), (_, tokens, seconds) in blocks.items():
+        by_label[label][0] += tokens
+        by_label[label][1] += seconds
+    for label, (tokens, seconds) in sorted(by_label.items(), key=lambda item: item[1][0] / speed - item[1][1]):
+        print(f"    {label:9s} {tokens:6d} tokens  {seconds:7.3f} s  lost {seconds - tokens / speed:+7.3f} s")
     print("  the first block of each choice, by arm: tokens expected at the posterior means, and made; ms priced and "
           "taken, after the same arm | after another (which includes catching up):")
     for label, (n, expected, made, p_same, t_same, p_other, t_other, same) in sorted(firsts.items(),
