@@ -13,7 +13,7 @@ from test_decoding import FAMILIES, NEW_TOKENS, PROMPT, build_pair, check_counte
 from test_decoding_dist import P_PASS, broken_accept, chi_square_p, exact_two_tokens
 
 from dimr.decoding import DecodeConfig, modes
-from dimr.decoding.auto import MIN_TESTED, PRIOR, Arm, Chooser, arms, auto
+from dimr.decoding.auto import GAMMAS, MIN_TESTED, PRIOR, Arm, Chooser, arms, auto
 from dimr.decoding.costs import GPUS, Acceptance, Costs, fill, predict, predict_from_counts, roofline
 from dimr.decoding.decoder import Decoder
 from dimr.decoding.proposer import ModelProposer, NgramProposer, lookup, lookup_match
@@ -383,6 +383,28 @@ def test_auto_tests_each_model_draft_before_the_draws_decide():
     dear = Chooser(Costs({"full": {1: 1.0, 17: 1.0}, "slim": {1: 1.0}}, "test"), [Arm("ar")] + [
         Arm("self", g) for g in (1, 2, 4, 8)])
     assert {dear.choose(rng, {"slim": 0}).label for _ in range(20)} == {"ar"} and not dear.probing
+
+
+def test_auto_tests_a_pair_at_the_gamma_its_accepted_drafts_allow():
+    """A test of a model draft starts at γ = 1 and grows as an adaptive draft length does: to 1 + the drafts seen
+    accepted, and never past the tokens the test still needs; a rejected start keeps it at γ = 1. (At γ = 1 a test
+    of eight accepted drafts took eight blocks.)"""
+    import random
+
+    costs = Costs({"full": {1: 1.0, 17: 1.0}, "draft": {1: 0.1}}, "test")
+    chooser = Chooser(costs, [Arm("ar")] + [Arm("lookup", 8)] + [Arm("sd", g) for g in GAMMAS])
+    chooser.observe([("lookup", "full", 60, 80)])  # the n-gram arm wins at the means: sd is tested
+    rng = random.Random(0)
+    assert chooser.choose(rng, {"draft": 0}, 8).label == "sd/1" and chooser.probing
+    chooser.observe([("draft", "full", 1, 1)])
+    assert chooser.choose(rng, {"draft": 0}, 8).label == "sd/2" and chooser.probing
+    chooser.observe([("draft", "full", 2, 2)])  # 3 of 3 accepted: γ ≤ 4, but 5 tokens are left to test
+    assert chooser.choose(rng, {"draft": 0}, 8).label == "sd/4" and chooser.probing
+    chooser.observe([("draft", "full", 2, 3)])  # 6 tested: two tokens left to test
+    assert chooser.choose(rng, {"draft": 0}, 8).label == "sd/2" and chooser.probing
+    cold = Chooser(costs, chooser.arms)
+    cold.observe([("lookup", "full", 60, 80), ("draft", "full", 0, 1)])
+    assert cold.choose(rng, {"draft": 0}, 8).label == "sd/1" and cold.probing
 
 
 def test_auto_revisits_the_decision_not_to_test_after_min_tested_tokens():

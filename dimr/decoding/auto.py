@@ -60,16 +60,17 @@ of calibration prompts (:meth:`dimr.decoding.Decoder.calibrate_pairs`); that is 
 on 0.34 of calibration continuations, yet ``sd@4`` beat ``ar`` on greedy code (which its costs allow only above
 about 0.75); the prior priced ``sd`` below ``ar`` from the first block, so it never ran and was never seen. So a
 model-drafted pair, calibrated or not, whose mode loses at the posterior means but would beat every arm by
-:data:`WORTH` were its drafts always accepted is first tested on :data:`MIN_TESTED` tokens at γ = 1, one block
-at a time. A pair whose mode wins at the means runs anyway; one that could not win even then is not worth a test
-(mini's slim, top-1 agreement 0.96, loses to ``sd`` there, and testing it had cost about 4% of each cold prompt
-set). A calibration its pair's own evidence contradicts is dropped (:attr:`Chooser.overruled`): when the accepted
-count lies in a tail of the prior's predictive law (the beta-binomial) rarer than :data:`CONFLICT`, checked at 8,
-16, 32… tested tokens, the pair goes on from :data:`PRIOR` and its own evidence. Unlike the n-gram proposer's, a
-model draft's acceptance is only seen when its arm runs: a pair rejected on its first three tokens (mini's draft
-on greedy code, whose acceptance is 0.74) drew below the n-gram and ``ar`` arms from then on and never ran again.
-hier's inner pair (the draft against the slim) is tested the same way, with its shortest arm (γ = 1, Γ = 4):
-otherwise it is never seen, and hier never ran where it was the fastest fixed mode (mini, T = 0.7, the task).
+:data:`WORTH` were its drafts always accepted is first tested on :data:`MIN_TESTED` tokens, one block at a time,
+at γ = 1 and then at the γ its accepted drafts allow (:func:`probe_arm`). A pair whose mode wins at the means
+runs anyway; one that could not win even then is not worth a test (mini's slim, top-1 agreement 0.96, loses to
+``sd`` there, and testing it had cost about 4% of each cold prompt set). A calibration its pair's own evidence
+contradicts is dropped (:attr:`Chooser.overruled`): when the accepted count lies in a tail of the prior's predictive
+law (the beta-binomial) rarer than :data:`CONFLICT`, checked at 8, 16, 32… tested tokens, the pair goes on from
+:data:`PRIOR` and its own evidence. Unlike the n-gram proposer's, a model draft's acceptance is only seen when its arm
+runs: a pair rejected on its first three tokens (mini's draft on greedy code, whose acceptance is 0.74) drew below the
+n-gram and ``ar`` arms from then on and never ran again. hier's inner pair (the draft against the slim) is tested the
+same way, with its shortest arm (γ = 1, Γ = 4): otherwise it is never seen, and hier never ran where it was the fastest
+fixed mode (mini, T = 0.7, the task).
 
 The draw picks the mode; the evidence caps its bet. An arm's γ (and Γ) runs at most 1 + the tokens its tier
 pair has seen accepted, as an adaptive draft length starts short and grows on success: when the draw's best
@@ -413,9 +414,9 @@ class Chooser:
 
     def _probe(self, offered: list[Arm], means: dict[tuple[str, str], float],
                speeds: Callable[[list[Arm], dict[tuple[str, str], float]], list[float]]) -> Arm | None:
-        """The shortest arm of a model-drafted pair tested on fewer than :data:`MIN_TESTED` tokens (γ = 1; hier's
-        γ = 1, Γ = 4 for its draft against the slim), if its mode loses at the posterior means but would beat every
-        arm by :data:`WORTH` were those drafts always accepted (else None: the draws decide)."""
+        """A test block of a model-drafted pair tested on fewer than :data:`MIN_TESTED` tokens, if its mode loses at
+        the posterior means but would beat every arm by :data:`WORTH` were those drafts always accepted (else None:
+        the draws decide): :func:`probe_arm`."""
         untested = [(mode, pair, probe) for mode, pair, probe in PROBES
                     if probe in offered and sum(self.counts.get(pair, (0.0, 0.0))) < MIN_TESTED]
         if not untested:  # the usual case once each pair is tested: no pricing at the means
@@ -426,8 +427,21 @@ class Chooser:
             own = [a for a in offered if a.mode == mode]
             mine = max(s for a, s in zip(offered, at_means, strict=True) if a.mode == mode)
             if mine < best < max(speeds(own, {**means, pair: 1.0})) / WORTH:
-                return probe
+                return probe_arm(probe, own, *self.counts.get(pair, (0.0, 0.0)))
         return None
+
+
+def probe_arm(probe: Arm, own: list[Arm], accepted: float, rejected: float) -> Arm:
+    """The arm a test of ``probe``'s pair runs, having seen ``accepted`` and ``rejected`` of its drafts: ``probe``
+    (γ = 1; hier's γ = 1, Γ = 4 for its draft against the slim) at first, then, as an adaptive draft length grows on
+    success, the longest γ of its mode among ``own`` within 1 + the tokens seen accepted and the tokens the test
+    still needs. At γ = 1 a test of MIN_TESTED accepted drafts took eight blocks at about three quarters of ``sd``'s
+    speed (mini's greedy task: a pass's first prompt ran 8 self/1 and sd/1 probes between draws); growing, three."""
+    if probe.mode == "hier":
+        return probe
+    room = min(1.0 + accepted, MIN_TESTED - accepted - rejected)
+    within = [a for a in own if a.window == probe.window and a.gamma <= room]
+    return max(within, key=lambda a: a.gamma, default=probe)
 
 
 def _count(counts: list[float], hits: float, misses: float) -> None:
