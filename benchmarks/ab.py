@@ -1,6 +1,7 @@
 """What the ``auto`` A/B scripts (``auto_prior_ab.py``, ``auto_table_ab.py``, ``auto_stretch_ab.py``,
-``auto_tail_ab.py``) share: their command line, and passes in which every variant decodes every prompt, the
-variants interleaved prompt by prompt (their order alternating), so all see the same machine state."""
+``auto_tail_ab.py``, ``auto_probe_ab.py``) share: their command line, and passes in which every variant decodes
+every prompt, the variants interleaved prompt by prompt (their order alternating), so all see the same machine
+state."""
 
 from __future__ import annotations
 
@@ -103,3 +104,27 @@ def tables_ab(doc: str, workload: str, temperature: float, fixed: str,
     a, b = tables
     names = (a, b, "ar", args.fixed)
     compare(interleaved(dec, prompts, args, names, choosers), names, a, b)
+
+
+def rules_ab(doc: str, workload: str, temperature: float, fixed: str, rules: dict[str, object],
+             apply: Callable[[object], None]) -> None:
+    """The main of an A/B of two rules of ``auto`` (``auto_stretch_ab.py``, ``auto_probe_ab.py``): ``apply(rule)``
+    puts a variant's rule in place before each of its decodes (the first variant's before the fixed rows'); a cold
+    chooser per variant and pass, beside ``ar`` and ``--fixed``. Prints :func:`compare` of the first to the second."""
+    ap = parser(doc, workload, temperature)
+    ap.add_argument("--fixed", default=fixed, help="a fixed mode to run beside them (mode@gamma)")
+    args = ap.parse_args()
+    dec, prompts = load(args)
+    dec.measure_costs()
+    cold = dec.auto_chooser(args.temperature)  # the priors `decode` starts from: each pass copies them
+    own = arms(draft=True, slim=dec.slim is not None)
+    a, b = rules
+
+    def choosers() -> dict[str, Chooser]:
+        return {v: Chooser(cold.costs, own, calibrated=dict(cold.calibrated), worth=dict(cold.worth)) for v in rules}
+
+    def before(variant: str) -> None:
+        apply(rules.get(variant, rules[a]))
+
+    variants = (a, b, "ar", args.fixed)
+    compare(interleaved(dec, prompts, args, variants, choosers, before), variants, a, b)

@@ -14,33 +14,17 @@ import sys
 from pathlib import Path
 
 from dimr.decoding import auto
-from dimr.decoding.auto import Chooser, arms
 
 sys.path.insert(0, str(Path(__file__).parent))
-from ab import compare, interleaved, load, parser  # noqa: E402
+from ab import rules_ab  # noqa: E402
 
 RULES = {"tokens": (auto.RUN, auto._stretched, auto._settled),
          "blocks": (4, lambda blocks, tokens: blocks, lambda arm, last: arm == last)}
 
 
-def main() -> None:
-    ap = parser(__doc__, "task", 0.0)
-    ap.add_argument("--fixed", default="sd@3", help="a fixed mode to run beside them (mode@gamma)")
-    args = ap.parse_args()
-    dec, prompts = load(args)
-    dec.measure_costs()
-    cold = dec.auto_chooser(args.temperature)  # the priors `decode` starts from: each pass copies them
-    own = arms(draft=True, slim=dec.slim is not None)
-
-    def choosers() -> dict[str, Chooser]:
-        return {v: Chooser(cold.costs, own, calibrated=dict(cold.calibrated), worth=dict(cold.worth)) for v in RULES}
-
-    def before(variant: str) -> None:
-        auto.RUN, auto._stretched, auto._settled = RULES.get(variant, RULES["tokens"])
-
-    variants = ("tokens", "blocks", "ar", args.fixed)
-    compare(interleaved(dec, prompts, args, variants, choosers, before), variants, "tokens", "blocks")
+def use(rule: tuple) -> None:
+    auto.RUN, auto._stretched, auto._settled = rule
 
 
 if __name__ == "__main__":
-    main()
+    rules_ab(__doc__, "task", 0.0, "sd@3", RULES, use)
