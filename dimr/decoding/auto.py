@@ -440,8 +440,7 @@ def probe_arm(probe: Arm, own: list[Arm], accepted: float, rejected: float) -> A
     if probe.mode == "hier":
         return probe
     room = min(1.0 + accepted, MIN_TESTED - accepted - rejected)
-    within = [a for a in own if a.window == probe.window and a.gamma <= room]
-    return max(within, key=lambda a: a.gamma, default=probe)
+    return max((a for a in own if a.gamma <= room), key=lambda a: a.gamma, default=probe)
 
 
 def _count(counts: list[float], hits: float, misses: float) -> None:

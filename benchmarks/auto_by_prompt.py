@@ -1,0 +1,58 @@
+"""``auto`` (a cold chooser per pass) against one fixed mode, prompt by prompt, with other rows' decodes interleaved
+between them or not: the rows decode each prompt in turn (their order alternating), and the script prints ``auto``'s
+speed over the fixed mode's and the seconds ``auto`` lost on each prompt (its tokens at the fixed mode's speed on that
+prompt). Losses in the first prompts of a pass are a cold chooser's; losses spread over all prompts come with the
+decodes between ``auto``'s.
+
+    python benchmarks/auto_by_prompt.py --pair mini --slim benchmarks/results/mini_slim.json --workload task \\
+        --temperature 0 --prompts 16 --passes 4 --fixed sd@6 --others ar,hier@4x12
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from dimr.decoding import DecodeConfig
+from dimr.decoding.auto import Chooser, arms
+from dimr.decoding.bench import parse_spec
+
+sys.path.insert(0, str(Path(__file__).parent))
+from ab import load, parser  # noqa: E402
+
+
+def main() -> None:
+    ap = parser(__doc__, "task", 0.0)
+    ap.add_argument("--fixed", default="sd@6", help="the fixed mode auto is measured against (mode@gamma)")
+    ap.add_argument("--others", default="", help="more rows decoded between them, comma-separated (default: none)")
+    args = ap.parse_args()
+    dec, prompts = load(args)
+    dec.measure_costs()
+    cold = dec.auto_chooser(args.temperature)  # the priors `decode` starts from: each pass copies them
+    own, eos = arms(draft=True, slim=dec.slim is not None), dec.eos_token_ids()
+    rows = ("auto", args.fixed, *[r for r in args.others.split(",") if r])
+    seconds = {r: [0.0] * len(prompts) for r in rows}
+    tokens = {r: [0] * len(prompts) for r in rows}
+    for p in range(args.passes):
+        dec.choosers = {args.temperature: Chooser(cold.costs, own, calibrated=dict(cold.calibrated),
+                                                  worth=dict(cold.worth))}
+        for i, ids in enumerate(prompts):
+            for row in (rows if (i + p) % 2 == 0 else rows[::-1]):
+                mode, config = parse_spec(row, DecodeConfig(max_new_tokens=args.max_new_tokens, eos_token_ids=eos,
+                                                            temperature=args.temperature, seed=1000 * p + i))
+                start = time.perf_counter()
+                result = dec.run(ids, mode, config)
+                seconds[row][i] += time.perf_counter() - start
+                tokens[row][i] += len(result.tokens)
+    speed = {r: sum(tokens[r]) / sum(seconds[r]) for r in rows}
+    print(f"auto / {args.fixed}: {speed['auto'] / speed[args.fixed]:.3f};",
+          ", ".join(f"{r} {speed[r] / speed[args.fixed]:.3f}" for r in rows))
+    lost = [seconds["auto"][i] - tokens["auto"][i] * seconds[args.fixed][i] / tokens[args.fixed][i]
+            for i in range(len(prompts))]
+    print("seconds lost by prompt:", " ".join(f"{x:+.3f}" for x in lost),
+          f"total {sum(lost):.3f} of {sum(seconds['auto']):.2f}")
+
+
+if __name__ == "__main__":
+    main()
