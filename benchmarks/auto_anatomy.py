@@ -165,6 +165,10 @@ def main() -> None:
 
         print(f"    {label:9s} {n:5d} choices  expected {expected / n:5.2f}  made {made / n:5.2f} tok/block  "
               f"ms {ms(p_same, t_same, same)} | {ms(p_other, t_other, n - same)}")
+    sizes = sorted(k for k in chooser.scale if isinstance(k, tuple))
+    print("  the last chooser's prices (ms, table -> price now) of the forward sizes it ran: "
+          + ", ".join(f"{t} {n}: {chooser.tabled(t, n) * 1e3:.2f} -> {chooser.price(t, n) * 1e3:.2f}"
+                      for t, n in sizes))
     wall = totals["auto"][1]
     print(f"  outside blocks: {outside[0] * 1e3:.0f} ms of {wall * 1e3:.0f} ms ({outside[0] / wall:.1%}), "
           f"{outside[0] / max(outside[1], 1) * 1e6:.0f} us per choice over {outside[1]} choices; "

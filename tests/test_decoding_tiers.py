@@ -278,6 +278,31 @@ def test_auto_prices_each_forward_size_by_its_own_measurements():
     assert {chooser.choose(rng, {"draft": 0}).mode for _ in range(20)} == {"ar"}  # 1.94 tokens in 2.8 s
 
 
+def test_auto_prices_a_forward_size_it_stopped_running_as_its_tier_runs_now():
+    """sd/4's 5-token verification was last timed in a slow spell (2× the table), so sd/2 runs; while sd/2's 3-token
+    forwards run at the table's price the 5-token ratio fades toward the tier's, and sd/4, the faster at equal
+    prices, wins again. Kept as last timed (FADE = 0, the rule before), sd/2 runs on."""
+    import random
+
+    from dimr.decoding import auto
+
+    costs = Costs({"full": {1: 1.0, 3: 1.0, 5: 1.0}, "draft": {1: 0.05}}, "test")
+    rng = random.Random(0)
+    for fade, after in ((auto.FADE, "sd/4"), (0.0, "sd/2")):
+        chooser = Chooser(costs, [Arm("sd", 2), Arm("sd", 4)], scale={"full": 1.0, ("full", 3): 1.0, ("full", 5): 2.0})
+        chooser.observe([("draft", "full", 8000, 10000)])  # α = 0.8: sd/4 3.36 tokens, sd/2 2.44
+        assert chooser.choose(rng, {"draft": 0}).label == "sd/2"  # 2.44 tokens in 1.1 s; sd/4's in 2.2 s
+        auto.FADE, saved = fade, auto.FADE
+        try:
+            for _ in range(300):
+                chooser.observe_forwards("full", [(3, 1.0)])
+        finally:
+            auto.FADE = saved
+        assert chooser.price("full", 3) == pytest.approx(1.0)
+        assert chooser.price("full", 5) == (pytest.approx(1.0, rel=0.01) if fade else 2.0)
+        assert chooser.choose(rng, {"draft": 0}).label == after  # sd/4: 3.36 tokens in 1.2 s
+
+
 def test_auto_prices_the_work_outside_forwards(decoder: Decoder):
     """Free verification makes lookup/4 at α = 0.5 (1.94 tokens a block) beat ar (1 token) by the table; a
     measured 2 s per lookup block of 5 verified tokens outside its forwards (1.94 tokens in 3 s) makes ar win;

@@ -31,7 +31,10 @@ The posterior counts live in the :class:`Chooser` and carry over between prompts
 :data:`HORIZON` tested tokens per pair (running estimates that still adapt to a new prompt). The chooser
 also times every forward it asks for: per tier and per forward size, a running ratio of measured to tabled
 seconds rescales the cost table, so a table measured under other load (or one whose multi-token entries are
-off by another factor than its one-token ones) still prices the arms as they run now. Forwards longer than any
+off by another factor than its one-token ones) still prices the arms as they run now. The chooser only sees the
+sizes it runs, so the ratio of a size it has stopped running fades toward its tier's (:data:`FADE` per forward):
+kept as last measured, a size timed in a slow spell stayed priced so after it, and the γ that ran instead, its own
+price falling with the machine's, was chosen again and again (mini, code, T = 0.7). Forwards longer than any
 block's (the prompt's prefill) are not timed, and one forward moves a ratio by a factor 1 + RATE at most: on
 mini, forwards slowed by another model's decode having evicted these weights from the cache had made the
 chooser run ``ar`` where ``sd`` was fastest. It also times each
@@ -119,6 +122,12 @@ RATIO_BOUNDS = (0.2, 5.0)  # one forward's ratio is clipped to this: a single st
 # weights from the cache (a 12 MB mini tier after a decode of another mode) moves the ratio by a factor
 # 1 + RATE at most, while a tier that really runs slower still reaches its ratio within a few dozen forwards
 STALL = 2.0
+# per forward of a tier, the share by which each of its forward sizes not run in that block moves its ratio toward the
+# tier's: a size's own ratio is evidence about the machine's state when it last ran, and the chooser only sees the
+# sizes it runs. Kept, a size measured in a slow spell stayed priced that way after the spell ended (mini, code,
+# T = 0.7: sd/4's 5-token verification at 16.4 ms while the sd/3 that ran instead was seen at 12.0; sd/4 never ran
+# again on the pass), and so did one the table prices high
+FADE = 0.02
 OBSERVED = max(w for _, w in HIER) + 1  # longer forwards (the prompt's prefill, a long catch-up) are not timed
 # a mode chosen again and again runs blocks until it has emitted 1, 2, 4… tokens per choice (at least one block), up
 # to this many: fewer choices, same law
@@ -313,6 +322,11 @@ class Chooser:
                 old = self.scale.get(key, base)
                 step = min(max(ratio, old / STALL), old * STALL)  # a stall moves it by a factor 1 + RATE at most
                 self.scale[key] = old + RATE * (step - old)
+        ran = [n for n, seconds in forwards if 0 < seconds and n <= OBSERVED]
+        if ran and FADE:
+            fade, level = 1.0 - (1.0 - FADE) ** len(ran), self.scale[tier]
+            for key in [k for k in self.scale if isinstance(k, tuple) and k[0] == tier and k[1] not in ran]:
+                self.scale[key] += fade * (level - self.scale[key])
 
     def observe_tokens(self, arm: Arm, tokens: int) -> None:
         """``arm``'s blocks just emitted ``tokens``: the running share of tokens that arms running each
