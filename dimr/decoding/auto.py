@@ -304,7 +304,8 @@ class Chooser:
 
     def price(self, tier: str, n: int) -> float:
         """Seconds of one forward of ``n`` tokens of ``tier`` as they run now: the table's entry times the
-        measured ratio of that tier's forwards of this size (of all its forwards for a size not yet seen)."""
+        measured ratio of that tier's forwards of this size (of all its forwards for a size not yet seen; fading toward
+        that while the size is not run: :data:`FADE`)."""
         if tier == FREE:
             return 0.0
         return self.tabled(tier, n) * self.scale.get((tier, n), self.scale.get(tier, 1.0))
