@@ -314,18 +314,16 @@ class Chooser:
         """``forwards``: (tokens fed, seconds) of each forward ``tier`` just ran."""
         if not self.adapt:
             return
-        for n, seconds in forwards:
-            if seconds <= 0 or n > OBSERVED:
-                continue
+        timed = [(n, seconds) for n, seconds in forwards if seconds > 0 and n <= OBSERVED]
+        for n, seconds in timed:
             ratio = min(max(seconds / self.tabled(tier, n), RATIO_BOUNDS[0]), RATIO_BOUNDS[1])
             base = self.scale.get(tier, 1.0)  # a size seen for the first time starts from the tier's ratio
             for key in (tier, (tier, n)):
                 old = self.scale.get(key, base)
                 step = min(max(ratio, old / STALL), old * STALL)  # a stall moves it by a factor 1 + RATE at most
                 self.scale[key] = old + RATE * (step - old)
-        ran = [n for n, seconds in forwards if 0 < seconds and n <= OBSERVED]
-        if ran and FADE:
-            fade, level = 1.0 - (1.0 - FADE) ** len(ran), self.scale[tier]
+        if timed and FADE:
+            ran, fade, level = {n for n, _ in timed}, 1.0 - (1.0 - FADE) ** len(timed), self.scale[tier]
             for key in [k for k in self.scale if isinstance(k, tuple) and k[0] == tier and k[1] not in ran]:
                 self.scale[key] += fade * (level - self.scale[key])
 
