@@ -34,6 +34,7 @@ def main() -> None:
     rows = ("auto", args.fixed, *[r for r in args.others.split(",") if r])
     seconds = {r: [0.0] * len(prompts) for r in rows}
     tokens = {r: [0] * len(prompts) for r in rows}
+    chosen: dict[str, int] = {}  # auto's choices per arm, all passes
     for p in range(args.passes):
         dec.choosers = {args.temperature: Chooser(cold.costs, own, calibrated=dict(cold.calibrated),
                                                   worth=dict(cold.worth))}
@@ -45,6 +46,9 @@ def main() -> None:
                 result = dec.run(ids, mode, config)
                 seconds[row][i] += time.perf_counter() - start
                 tokens[row][i] += len(result.tokens)
+                if row == "auto":
+                    for arm, n in dec.choosers[args.temperature].chosen.items():
+                        chosen[arm] = chosen.get(arm, 0) + n
     speed = {r: sum(tokens[r]) / sum(seconds[r]) for r in rows}
     print(f"auto / {args.fixed}: {speed['auto'] / speed[args.fixed]:.3f};",
           ", ".join(f"{r} {speed[r] / speed[args.fixed]:.3f}" for r in rows))
@@ -52,6 +56,10 @@ def main() -> None:
             for i in range(len(prompts))]
     print("seconds lost by prompt:", " ".join(f"{x:+.3f}" for x in lost),
           f"total {sum(lost):.3f} of {sum(seconds['auto']):.2f}")
+    print("auto's choices:", ", ".join(f"{a} {n}" for a, n in sorted(chosen.items(), key=lambda x: -x[1])))
+    prices = dec.choosers[args.temperature]
+    print("the last chooser's time ratios:", ", ".join(f"{k if isinstance(k, str) else f'{k[0]}|{k[1]}'} {v:.2f}"
+                                                      for k, v in sorted(prices.scale.items(), key=str)))
 
 
 if __name__ == "__main__":
