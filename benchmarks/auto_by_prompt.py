@@ -2,7 +2,8 @@
 between them or not: the rows decode each prompt in turn (their order alternating), and the script prints ``auto``'s
 speed over the fixed mode's and the seconds ``auto`` lost on each prompt (its tokens at the fixed mode's speed on that
 prompt). Losses in the first prompts of a pass are a cold chooser's; losses spread over all prompts come with the
-decodes between ``auto``'s.
+decodes between ``auto``'s. It also prints ``auto``'s choices per arm (how many of its ``ar`` choices had no n-gram
+proposal on offer, how many n-gram choices drafted fewer tokens than were offered) and the last chooser's time ratios.
 
     python benchmarks/auto_by_prompt.py --pair mini --slim benchmarks/results/mini_slim.json --workload task \\
         --temperature 0 --prompts 16 --passes 4 --fixed sd@6 --others ar,hier@4x12
@@ -10,12 +11,13 @@ decodes between ``auto``'s.
 
 from __future__ import annotations
 
+import random
 import sys
 import time
 from pathlib import Path
 
 from dimr.decoding import DecodeConfig
-from dimr.decoding.auto import Chooser, arms
+from dimr.decoding.auto import Arm, Chooser, arms
 from dimr.decoding.bench import parse_spec
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -35,9 +37,19 @@ def main() -> None:
     seconds = {r: [0.0] * len(prompts) for r in rows}
     tokens = {r: [0] * len(prompts) for r in rows}
     chosen: dict[str, int] = {}  # auto's choices per arm, all passes
+    short: dict[str, int] = {}  # ... of them, those drafting fewer n-gram tokens than were on offer (ar: none offered)
     for p in range(args.passes):
-        dec.choosers = {args.temperature: Chooser(cold.costs, own, calibrated=dict(cold.calibrated),
-                                                  worth=dict(cold.worth))}
+        chooser = Chooser(cold.costs, own, calibrated=dict(cold.calibrated), worth=dict(cold.worth))
+        choose = chooser.choose
+
+        def logged(rng: random.Random, lag: dict, lookup_len: int = 8, *rest: int, choose=choose) -> Arm:
+            arm = choose(rng, lag, lookup_len, *rest)
+            if (arm.mode == "ar" and lookup_len == 0) or (arm.mode == "lookup" and lookup_len > arm.gamma):
+                short[arm.label] = short.get(arm.label, 0) + 1
+            return arm
+
+        chooser.choose = logged
+        dec.choosers = {args.temperature: chooser}
         for i, ids in enumerate(prompts):
             for row in (rows if (i + p) % 2 == 0 else rows[::-1]):
                 mode, config = parse_spec(row, DecodeConfig(max_new_tokens=args.max_new_tokens, eos_token_ids=eos,
@@ -57,9 +69,10 @@ def main() -> None:
     print("seconds lost by prompt:", " ".join(f"{x:+.3f}" for x in lost),
           f"total {sum(lost):.3f} of {sum(seconds['auto']):.2f}")
     print("auto's choices:", ", ".join(f"{a} {n}" for a, n in sorted(chosen.items(), key=lambda x: -x[1])))
-    prices = dec.choosers[args.temperature]
+    print("of them, ar with no n-gram proposal on offer and n-gram arms drafting fewer tokens than offered:",
+          ", ".join(f"{a} {n} of {chosen[a]}" for a, n in sorted(short.items(), key=lambda x: -x[1])))
     print("the last chooser's time ratios:", ", ".join(f"{k if isinstance(k, str) else f'{k[0]}|{k[1]}'} {v:.2f}"
-                                                      for k, v in sorted(prices.scale.items(), key=str)))
+                                                      for k, v in sorted(chooser.scale.items(), key=str)))
 
 
 if __name__ == "__main__":

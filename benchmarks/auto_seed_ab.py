@@ -15,10 +15,10 @@ and a saved cost table.
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
-from dimr.decoding import auto
 from dimr.decoding.auto import LOOKUP, Chooser, _count
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -34,10 +34,10 @@ def evidence(self: Chooser, pair: tuple[str, str], ngram: int = 0, rest: bool = 
 
 
 def seeded(self: Chooser, pair: tuple[str, str]) -> list[float]:
-    if pair not in self.local:
-        counts = self.counts.get(pair, [0.0, 0.0])
-        seed = auto.SEED if pair[0].startswith("lookup") else SEED
-        self.local[pair] = [c * min(1.0, seed / max(sum(counts), 1e-9)) for c in counts]
+    if pair[0].startswith("lookup") or pair in self.local:
+        return POOLED[2](self, pair)
+    counts = self.counts.get(pair, [0.0, 0.0])
+    self.local[pair] = [c * min(1.0, OPTS.seed / max(sum(counts), 1e-9)) for c in counts]
     return self.local[pair]
 
 
@@ -53,22 +53,15 @@ def use(rule: object) -> None:
     Chooser.evidence, Chooser.observe, Chooser.seeded = POOLED if rule == "pooled" else (evidence, observe, seeded)
 
 
-def flag(name: str) -> str | None:
-    """Take ``name`` and its value out of the command line (the shared parsers do not know them)."""
-    if name not in sys.argv:
-        return None
-    at = sys.argv.index(name)
-    value = sys.argv[at + 1] if at + 1 < len(sys.argv) and name != "--replay" else ""
-    del sys.argv[at: at + (2 if value else 1)]
-    return value
-
-
-SEED = float(flag("--seed") or 24.0)
-REPLAY = flag("--replay") is not None
+# this script's own options; the rest go to the shared parser (or to auto_replay.py's)
+_own = argparse.ArgumentParser(add_help=False)
+_own.add_argument("--seed", type=float, default=24.0, help="tested tokens of pooled evidence a prompt starts from")
+_own.add_argument("--replay", action="store_true", help="replay greedy outcomes without the clock (auto_replay.py)")
+OPTS, sys.argv[1:] = _own.parse_known_args()
 
 if __name__ == "__main__":
-    rules = {f"prompt{SEED:g}": f"prompt{SEED:g}", "pooled": "pooled"}
-    if REPLAY:
+    rules = {f"prompt{OPTS.seed:g}": "prompt", "pooled": "pooled"}
+    if OPTS.replay:
         from auto_replay import main
 
         for name, rule in rules.items():
