@@ -12,6 +12,16 @@ position: how much of the best fixed mode's lead comes from where its blocks hap
 
     python benchmarks/auto_replay.py --pair smollm2 --slim benchmarks/results/smollm2_light.json --prompts 6 \
         --max-new-tokens 48 --seeds 4
+
+Sampled (``--temperature T --samples S``): S texts per prompt drawn by ``ar``, each pass one text per prompt and a
+fresh chooser, as the bench's passes. For ``ar`` and the n-gram arms the replay is exact: an n-gram block keeps its
+drafts while they equal the verifier's own draws and emits the first draw that differs
+(:func:`dimr.decoding.verify.own_draws`), so with one seed it emits ``ar``'s text. The draft model's is not: its
+k-th drafted token is accepted with the expected acceptance sum(min(p, q)) at that position of the text, one
+Bernoulli each (an approximation: its accepted tokens are not the text's).
+
+    python benchmarks/auto_replay.py --pair smollm2 --workloads task --prompts 6 --max-new-tokens 48 \
+        --temperature 0.7 --samples 8 --seeds 4 --tables benchmarks/results/bench_tiers_smollm2_task_T07_4p.json
 """
 
 from __future__ import annotations
@@ -30,6 +40,7 @@ from dimr.decoding import DecodeConfig, Decoder
 from dimr.decoding.auto import GAMMAS, Arm, Chooser, arms, drafted, drive
 from dimr.decoding.costs import Costs
 from dimr.decoding.proposer import lookup_match
+from dimr.decoding.sampling import Sampler
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_tiers import workload  # noqa: E402
@@ -46,7 +57,8 @@ class Position:
     ngram: int
     offered: int
     lookup_run: int
-    draft_run: int
+    draft_run: int  # -1 on a sampled text: then drawn at ``alpha`` per drafted token
+    alpha: float = 1.0  # the draft's expected acceptance sum(min(p, q)) here (sampled texts)
 
 
 def leading(a: torch.Tensor, b: torch.Tensor) -> int:
@@ -70,21 +82,51 @@ def positions(dec: Decoder, ids: torch.Tensor, max_new_tokens: int) -> list[Posi
     return out
 
 
+@torch.inference_mode()
+def sampled_positions(dec: Decoder, ids: torch.Tensor, max_new_tokens: int, temperature: float,
+                      seed: int) -> list[Position]:
+    """Every position of one continuation of ``ids`` drawn by ``ar`` at ``temperature`` with ``seed``."""
+    config = DecodeConfig(max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
+    tokens = dec.run(ids, "ar", config).tokens
+    seq = torch.cat([ids.view(-1), torch.tensor(tokens, dtype=ids.dtype)])
+    start, sampler = ids.numel(), Sampler(temperature)
+    rows = slice(start - 1, seq.numel() - 1)  # the logits that predict each emitted token
+    p = sampler.probs(dec.full.model(seq.view(1, -1)).logits[0, rows])
+    q = sampler.probs(dec.draft.model(seq.view(1, -1)).logits[0, rows])
+    alpha = torch.minimum(p, q).sum(-1).tolist()
+    out = []
+    for t in range(len(tokens)):
+        proposal, ngram = lookup_match(seq[: start + t], LONGEST)
+        out.append(Position(ngram, proposal.numel(), leading(proposal, seq[start + t:]), -1, alpha[t]))
+    return out
+
+
 def overhead(costs: Costs) -> dict[str, float]:
     """Each mode's step time per verified token, as :meth:`Chooser.observe_overhead` keeps it: the table's steps
     are per block, measured at γ = :data:`STEP_GAMMA` (one verified token a block for ``ar``)."""
     return {m: costs.step(m) / (1 if m == "ar" else STEP_GAMMA + 1) for m in ("ar", "sd", "lookup")}
 
 
-def block(arm: Arm, pos: Position, left: int, costs: Costs, steps: dict[str, float], lag: int
-          ) -> tuple[int, float, list]:
-    """(tokens emitted, seconds, observations) of one block of ``arm`` at ``pos`` with ``left`` tokens to go;
-    ``steps``: :func:`overhead`'s."""
-    step = steps[arm.mode]
+def draft_run(path: list[Position], t: int, gamma: int, rng: random.Random | None) -> int:
+    """Leading drafted tokens the verifier accepts from ``path[t]`` on: known on a greedy text, drawn at each
+    position's expected acceptance on a sampled one."""
+    if path[t].draft_run >= 0:
+        return path[t].draft_run
+    run = 0
+    while run < gamma and t + run < len(path) and rng.random() < path[t + run].alpha:
+        run += 1
+    return run
+
+
+def block(arm: Arm, path: list[Position], t: int, costs: Costs, steps: dict[str, float], lag: int,
+          rng: random.Random | None = None) -> tuple[int, float, list]:
+    """(tokens emitted, seconds, observations) of one block of ``arm`` at ``path[t]``; ``steps``:
+    :func:`overhead`'s; ``rng``: the draft's acceptance draws on a sampled text."""
+    pos, left, step = path[t], len(path) - t, steps[arm.mode]
     if arm.mode == "ar":
         return 1, costs("full", 1) + step, []
     gamma = drafted(arm, pos.offered)
-    run = pos.lookup_run if arm.mode == "lookup" else pos.draft_run
+    run = pos.lookup_run if arm.mode == "lookup" else draft_run(path, t, gamma, rng)
     accepted = min(gamma, run, left - 1)
     tested = min(accepted + 1, gamma)
     seconds = costs("full", gamma + 1) + step * (gamma + 1)
@@ -94,15 +136,15 @@ def block(arm: Arm, pos: Position, left: int, costs: Costs, steps: dict[str, flo
     return accepted + 1, seconds, [(*pair, accepted, tested)]
 
 
-def everywhere(paths: list[list[Position]], costs: Costs, arm: Arm) -> float:
+def everywhere(paths: list[list[Position]], costs: Costs, arm: Arm, rng: random.Random | None = None) -> float:
     """Tokens/s of ``arm``'s blocks averaged over every position (each at no lag), not only those its own path
     starts at: where a fixed arm's blocks start depends on its γ, and on a few hundred greedy tokens that alone
     moves its speed by several per cent, the same in every pass (greedy text does not change)."""
     tokens = seconds = 0.0
     steps = overhead(costs)
     for path in paths:
-        for t, pos in enumerate(path):
-            made, spent, _ = block(arm, pos, len(path) - t, costs, steps, 0)
+        for t in range(len(path)):
+            made, spent, _ = block(arm, path, t, costs, steps, 0, rng)
             tokens, seconds = tokens + made, seconds + spent
     return tokens / seconds
 
@@ -111,8 +153,8 @@ class Replay:
     """One prompt's known outcomes walked by ``auto``'s own loop (a :class:`dimr.decoding.auto.Walk`), every block
     priced at ``costs``."""
 
-    def __init__(self, path: list[Position], costs: Costs) -> None:
-        self.path, self.costs, self.steps = path, costs, overhead(costs)
+    def __init__(self, path: list[Position], costs: Costs, rng: random.Random | None = None) -> None:
+        self.path, self.costs, self.steps, self.rng = path, costs, overhead(costs), rng
         self.t, self.seconds, self.draft_lag, self.mark = 0, 0.0, 0, 0
 
     @property
@@ -134,7 +176,7 @@ class Replay:
         return self.path[self.t].ngram
 
     def block(self, arm: Arm) -> list:
-        made, spent, seen = block(arm, self.path[self.t], self.remaining, self.costs, self.steps, self.draft_lag)
+        made, spent, seen = block(arm, self.path, self.t, self.costs, self.steps, self.draft_lag, self.rng)
         self.draft_lag = 0 if arm.mode == "sd" else self.draft_lag + made
         self.t, self.seconds = self.t + made, self.seconds + spent
         return seen
@@ -152,14 +194,42 @@ class Replay:
 
 
 def replay(path: list[Position], costs: Costs, policy: Arm | None, chooser: Chooser | None = None,
-           rng: random.Random | None = None) -> tuple[int, float]:
-    """Tokens and seconds of one prompt decoded by ``policy`` (a fixed arm) or by ``chooser``."""
-    walk = Replay(path, costs)
+           rng: random.Random | None = None, draws: random.Random | None = None) -> tuple[int, float]:
+    """Tokens and seconds of one prompt decoded by ``policy`` (a fixed arm) or by ``chooser`` (its draws from
+    ``rng``); ``draws``: the draft's acceptance on a sampled text."""
+    walk = Replay(path, costs, draws)
     if chooser is not None:
         drive(chooser, rng, walk)
     while not walk.done:
         walk.block(policy)
     return len(path), walk.seconds
+
+
+def texts(dec: Decoder, cached: dict, args: argparse.Namespace, name: str) -> list[list[list[Position]]]:
+    """The passes' texts: a list per pass of one path per prompt (one pass of greedy texts; ``--samples`` passes
+    of sampled ones), from ``cached`` (extended and written back where it holds fewer)."""
+    key = name if not args.temperature else f"{name}@T{args.temperature}"
+    have = cached.setdefault(key, [])  # per prompt: its greedy path, or a list of sampled ones
+    samples = args.samples if args.temperature else 1
+    prompts = workload(args.pair, name, args.prompts)
+    grew = False
+    for i, prompt in enumerate(prompts):
+        ids = dec.encode(prompt)
+        if not args.temperature:
+            if i == len(have):
+                have.append([astuple(x) for x in positions(dec, ids, args.max_new_tokens)])
+                grew = True
+            continue
+        if i == len(have):
+            have.append([])
+        while len(have[i]) < samples:
+            have[i].append([astuple(x) for x in sampled_positions(dec, ids, args.max_new_tokens, args.temperature,
+                                                                  seed=len(have[i]))])
+            grew = True
+    if grew and args.paths:
+        Path(args.paths).write_text(json.dumps(cached))
+    rows = [[h] for h in have[: args.prompts]] if not args.temperature else have[: args.prompts]
+    return [[[Position(*x) for x in row[s]] for row in rows] for s in range(samples)]
 
 
 def main() -> None:
@@ -169,66 +239,86 @@ def main() -> None:
     ap.add_argument("--workloads", default="code,prose,task")
     ap.add_argument("--prompts", type=int, default=6)
     ap.add_argument("--max-new-tokens", type=int, default=64)
-    ap.add_argument("--seeds", type=int, default=4, help="auto replays, each with its own draws")
+    ap.add_argument("--seeds", type=int, default=4, help="auto replays, each with its own draws (per pass)")
+    ap.add_argument("--temperature", type=float, default=0.0, help="replay texts sampled at this temperature")
+    ap.add_argument("--samples", type=int, default=8, help="with --temperature: texts per prompt, one per pass")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--costs", help="cost table JSON: read if it exists, else measured and written there")
-    ap.add_argument("--paths", help="JSON of the greedy outcomes per workload: read if it exists (extended when it"
-                    " holds fewer prompts), else written")
-    ap.add_argument("--tables", help="a bench_tiers.py --out JSON: price each workload at the greedy cost table that"
-                    " timed run measured for it (instead of --costs)")
+    ap.add_argument("--paths", help="JSON of the outcomes per workload: read if it exists (extended when it"
+                    " holds fewer prompts or samples), else written")
+    ap.add_argument("--tables", help="a bench_tiers.py --out JSON: price each workload at the cost table that"
+                    " timed run measured for it at --temperature (instead of --costs)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     logging.disable_progress_bar()
     dec = Decoder.load(args.pair, slim=args.slim, device="cpu")
     tables = {t["workload"]: Costs.from_dict(t) for t in json.loads(Path(args.tables).read_text())["tables"]
-              if t["temperature"] == 0} if args.tables else {}
+              if t["temperature"] == args.temperature} if args.tables else {}
     if tables:
         costs = dec.costs = next(iter(tables.values()))
     elif args.costs and Path(args.costs).exists():  # the same table for replays of two versions of the chooser
         costs = dec.costs = Costs.load(Path(args.costs))
     else:
-        costs = dec.measure_costs(steps=["ar", "sd", "lookup"])
+        costs = dec.measure_costs(steps=["ar", "sd", "lookup"], temperature=args.temperature)
         if args.costs:
             Path(args.costs).write_text(json.dumps(costs.to_dict()))
     cached = json.loads(Path(args.paths).read_text()) if args.paths and Path(args.paths).exists() else {}
     fixed = [Arm("ar")] + [Arm(m, g) for m in ("sd", "lookup") for g in GAMMAS]
-    calibrated = dict(dec.auto_chooser(0.0).calibrated)  # the priors `decode` would start its chooser from
+    calibrated = dict(dec.auto_chooser(args.temperature).calibrated)  # the priors `decode` starts its chooser from
     for name in args.workloads.split(","):
         costs = tables.get(name, costs)
         full = costs("full", 1)
-        print(f"{args.pair}, {name}: full c(1) {full * 1e3:.2f} ms, c(3)/c(1) {costs('full', 3) / full:.2f},"
-              f" c(5)/c(1) {costs('full', 5) / full:.2f}; draft c(1)/full c(1) {costs('draft', 1) / full:.3f}")
-        have = cached.setdefault(name, [])  # the first N prompts' outcomes: a cache of more serves fewer
-        if len(have) < args.prompts:
-            have += [[astuple(x) for x in positions(dec, dec.encode(p), args.max_new_tokens)]
-                     for p in workload(args.pair, name, args.prompts)[len(have):]]
-            if args.paths:
-                Path(args.paths).write_text(json.dumps(cached))
-        paths = [[Position(*x) for x in path] for path in have[: args.prompts]]
-        speed = {}
-        for arm in fixed:
-            tokens, seconds = zip(*(replay(p, costs, arm) for p in paths), strict=True)
-            speed[arm.label] = sum(tokens) / sum(seconds)
-        base = speed["ar"]
-        best = max(speed, key=speed.__getitem__)
-        autos, chosen = [], {}
-        for seed in range(args.seeds):
-            chooser = Chooser(costs, arms(draft=True, slim=False), calibrated=dict(calibrated), adapt=False,
-                              overhead=overhead(costs))
-            rng = random.Random(seed)
-            tokens, seconds = [], []
-            for p in paths:
-                made, spent = replay(p, costs, None, chooser, rng)
-                tokens, seconds = tokens + [made], seconds + [spent]
-                for label, k in chooser.chosen.items():
-                    chosen[label] = chosen.get(label, 0) + k
-            autos.append(sum(tokens) / sum(seconds))
+        print(f"{args.pair}, {name} T={args.temperature}: full c(1) {full * 1e3:.2f} ms, c(3)/c(1) "
+              f"{costs('full', 3) / full:.2f}, c(5)/c(1) {costs('full', 5) / full:.2f}; draft c(1)/full c(1) "
+              f"{costs('draft', 1) / full:.3f}")
+        passes = texts(dec, cached, args, name)
+        # per pass: tokens and seconds of each fixed arm, and of auto (one fresh chooser per pass and seed)
+        fixed_runs: dict[str, list[tuple[int, float]]] = {a.label: [] for a in fixed}
+        auto_runs: list[list[tuple[int, float]]] = []
+        chosen: dict[str, int] = {}
+        for k, paths in enumerate(passes):
+            for arm in fixed:
+                draws = random.Random(10_000 + k)
+                tokens, seconds = zip(*(replay(p, costs, arm, draws=draws) for p in paths), strict=True)
+                fixed_runs[arm.label].append((sum(tokens), sum(seconds)))
+            mine = []
+            for seed in range(args.seeds):
+                chooser = Chooser(costs, arms(draft=True, slim=False), calibrated=dict(calibrated), adapt=False,
+                                  overhead=overhead(costs))
+                rng, draws = random.Random(seed), random.Random(20_000 + 100 * k + seed)
+                tokens = seconds = 0.0
+                for p in paths:
+                    made, spent = replay(p, costs, None, chooser, rng, draws)
+                    tokens, seconds = tokens + made, seconds + spent
+                    for label, n in chooser.chosen.items():
+                        chosen[label] = chosen.get(label, 0) + n
+                mine.append((tokens, seconds))
+            auto_runs.append(mine)
+
+        def pooled(runs: list[tuple[float, float]]) -> float:
+            return sum(t for t, _ in runs) / sum(s for _, s in runs)
+
+        speed = {label: pooled(runs) for label, runs in fixed_runs.items()}
+        base, best = speed["ar"], max(speed, key=speed.__getitem__)
+        autos = [pooled([runs[seed] for runs in auto_runs]) for seed in range(args.seeds)]
         top = sorted(speed.items(), key=lambda kv: -kv[1])[:4]
         print(f"{name}: " + ", ".join(f"{k} {v / base:.3f}x" for k, v in top)
               + f"; auto {' '.join(f'{a / base:.3f}' for a in autos)}x ar = "
               f"{sum(autos) / len(autos) / speed[best]:.3f} of {best}")
+        if len(passes) > 1:  # each pass: auto (mean over seeds) over the pooled best row on that pass's texts
+            per = sorted(pooled(runs) / pooled([fixed_runs[best][k]]) for k, runs in enumerate(auto_runs))
+            print(f"  per pass, auto / {best}: median {per[len(per) // 2]:.3f}, range [{per[0]:.3f}, {per[-1]:.3f}],"
+                  f" {sum(r >= 0.95 for r in per)} of {len(per)} >= 0.95")
+            # what a timed run's rows see when each samples its own text: the best row on one pass's texts over
+            # itself on another's
+            own = [pooled([run]) for run in fixed_runs[best]]
+            luck = sorted(a / b for i, a in enumerate(own) for j, b in enumerate(own) if i != j)
+            print(f"  {best} on one pass's texts over {best} on another's: median {luck[len(luck) // 2]:.3f}, 10-90%"
+                  f" [{luck[len(luck) // 10]:.3f}, {luck[9 * len(luck) // 10]:.3f}]")
         print("  auto's choices: " + ", ".join(f"{k} {v}" for k, v in sorted(chosen.items(), key=lambda kv: -kv[1])))
-        every = {label: everywhere(paths, costs, arm) for arm in fixed if (label := arm.label) in dict(top)}
+        every_paths = [p for paths in passes for p in paths]
+        every = {label: everywhere(every_paths, costs, arm, random.Random(0)) for arm in fixed
+                 if (label := arm.label) in dict(top)}
         print("  a block at every position (no luck in where blocks start): "
               + ", ".join(f"{k} {v / base:.3f}x" for k, v in every.items())
               + f"; {best} on its own path is {speed[best] / max(every.values()):.3f}x the best of these")

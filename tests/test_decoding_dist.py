@@ -6,6 +6,8 @@ exact joint distribution of the first two tokens from plain (uncached) forwards 
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -13,7 +15,7 @@ from scipy.stats import chisquare
 from test_decoding import build_pair
 
 from dimr.decoding import DecodeConfig, modes, verify
-from dimr.decoding.proposer import ModelProposer
+from dimr.decoding.proposer import ModelProposer, NgramProposer
 from dimr.decoding.sampling import Sampler, sample, top_p_filter
 from dimr.decoding.tiers import Tier
 
@@ -75,6 +77,29 @@ def test_accept_step_output_law():
             counts[name][int(x) if n == 1 else int(token)] += 1
     assert chi_square_p(counts["good"], q) > P_PASS
     assert chi_square_p(counts["broken"], q) < 1e-6
+
+
+def test_own_draws_step_law_is_the_target():
+    """`verify.own_draws` with a one-hot draft x, over a fine grid of uniforms (an exact integral up to the grid):
+    x is accepted with probability q(x), the first token's law is q, and after a rejection the token is never x.
+    Emitting a fresh draw of q after a rejection (the classic bug, in this rule's terms) gives another law."""
+    grid = 20_000
+    u = ((torch.arange(grid, dtype=torch.float64) + 0.5) / grid)[:, None]
+    rng = np.random.default_rng(2)
+    for x in range(6):
+        q = rng.dirichlet(np.ones(6) * 0.7)
+        full = torch.tensor(np.stack([q, q]), dtype=torch.float64)
+        draft = torch.nn.functional.one_hot(torch.tensor([x]), 6).double()
+        targets = verify.lossless(draft, full)
+        first, fresh = np.zeros(6), np.zeros(6)
+        for i in range(grid):
+            n, token, bonus = verify.own_draws(torch.stack([u[i], u[(i * 7919) % grid]]))(
+                draft, torch.tensor([x]), targets, None)
+            first[x if n == 1 else int(token)] += 1
+            assert bonus == (n == 1) and (n == 1 or int(token) != x)
+            fresh[x if n == 1 else int(sample(full[0], torch.Generator().manual_seed(i)))] += 1
+        np.testing.assert_allclose(first / grid, q, atol=2 / grid)
+        assert np.abs(fresh / grid - q).sum() > 0.02
 
 
 def test_sample_draws_each_row_by_its_weights(monkeypatch):
@@ -149,3 +174,31 @@ def test_sampled_sd_reproduces_verifier(pair, temperature, top_p):
     if temperature == 1.0:  # the deliberately broken rule is caught by the same test
         broken = sampled_two_tokens(verifier, draft, config, accept=broken_accept)
         assert chi_square_p(broken, exact) < 1e-6
+
+
+LOOKUP_PROMPT = torch.tensor([3, 7, 5, 4, 3, 7])  # ends in a repeat: the n-gram drafts 5, 4
+
+
+def sampled_two_tokens_lookup(verifier) -> np.ndarray:
+    full, proposer = Tier("full", verifier), NgramProposer(8)
+    counts = np.zeros((8, 8))
+    for seed in range(RUNS):  # γ alternates 1 and 2: accepted, rejected and bonus tokens all occur
+        cfg = DecodeConfig(temperature=1.0, seed=seed, gamma=1 + seed % 2, max_new_tokens=2)
+        result = modes.sd(proposer, full, LOOKUP_PROMPT, cfg, mode="lookup")
+        t1, t2 = result.tokens
+        counts[t1, t2] += 1
+    return counts
+
+
+def test_sampled_lookup_reproduces_verifier(pair, monkeypatch):
+    """Sampled n-gram drafts, checked by the verifier's own draws at position-keyed uniforms, give the verifier's
+    joint law of two tokens; uniforms keyed by the seed alone (one for every position) do not."""
+    verifier, _ = pair
+    monkeypatch.setattr(sys.modules[__name__], "PROMPT", LOOKUP_PROMPT)
+    exact = exact_two_tokens(verifier, Sampler(1.0))
+    counts = sampled_two_tokens_lookup(verifier)
+    assert chi_square_p(counts, exact) > P_PASS, 0.5 * np.abs(counts / RUNS - exact).sum()
+    keyed = DecodeConfig.uniforms
+    monkeypatch.setattr(DecodeConfig, "uniforms",
+                        lambda self, position, n, device: keyed(self, 0, 1, device).expand(n, 1))
+    assert chi_square_p(sampled_two_tokens_lookup(verifier), exact) < 1e-6

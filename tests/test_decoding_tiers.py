@@ -80,6 +80,40 @@ def test_greedy_lookup_hier_auto_equal_ar(decoder: Decoder, gamma: int, window: 
     assert hier.accepted > 0 and hier.rejected > 0  # the window is sometimes kept, sometimes cut
 
 
+# --- sampled: n-gram blocks draw the verifier's own token at each position: ar's text --------------------
+
+REPEATS = torch.cat([PROMPT, PROMPT, PROMPT[:3]])  # matches of every length: drafts accepted and rejected
+
+
+@pytest.mark.parametrize("temperature,top_p", [(1.0, 1.0), (2.0, 0.9)])
+def test_sampled_lookup_and_auto_of_ar_and_lookup_emit_ar_text(decoder: Decoder, temperature: float, top_p: float,
+                                                                monkeypatch):
+    """With one seed, sampled ``lookup`` emits ``ar``'s tokens one for one (the verifier draws each position's token
+    at that position's own uniform, whichever block it is in), and so does ``auto`` choosing among ar and n-gram
+    arms. Checked by rejection sampling on the decode's sequential stream instead, the n-gram drafts give another
+    sample of the same law."""
+    costs = Costs({t: {1: 1.0, 9: 1.1} for t in ("draft", "slim", "full")}, "test")
+    accepted, rejected, ran = 0, 0, set()
+    for seed in range(4):
+        config = DecodeConfig(max_new_tokens=NEW_TOKENS, gamma=3, temperature=temperature, top_p=top_p, seed=seed)
+        ar = decoder.run(REPEATS, "ar", config).tokens
+        look = decoder.run(REPEATS, "lookup", config)
+        assert look.tokens == ar, seed
+        accepted, rejected = accepted + look.stats.accepted, rejected + look.stats.rejected
+        chooser = Chooser(costs, [Arm("ar"), Arm("lookup", 1), Arm("lookup", 4)], adapt=False)
+        trace: list = []
+        mixed = auto(chooser, decoder.full, decoder.draft, decoder.slim, REPEATS, config, decoder.vocab_size, trace)
+        assert mixed.tokens == ar, seed
+        ran |= {a.mode for a, *_ in trace}
+    assert accepted > 0 and rejected > 0 and ran == {"ar", "lookup"}
+    # the same n-gram drafts checked by rejection sampling on the decode's sequential stream: another sample
+    monkeypatch.setattr(NgramProposer, "one_hot", False)
+    assert any(decoder.run(REPEATS, "lookup", DecodeConfig(max_new_tokens=NEW_TOKENS, gamma=3, temperature=temperature,
+                                                           top_p=top_p, seed=seed)).tokens
+               != decoder.run(REPEATS, "ar", DecodeConfig(max_new_tokens=NEW_TOKENS, temperature=temperature,
+                                                          top_p=top_p, seed=seed)).tokens for seed in range(4))
+
+
 # --- sampled hier: the verifier's law; a broken acceptance rule is caught ---------------------------------
 
 DIST_PROMPT = torch.tensor([3, 7, 5, 4])

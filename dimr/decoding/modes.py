@@ -32,7 +32,8 @@ def ar_block(full: Tier, out: Output, generator: torch.Generator) -> list[Observ
     logits = full.forward(out.ids[full.length:], keep=1)[0]
     full.crop(full.length)  # no-op, except that it bounds sliding-window caches
     out.stats.blocks += 1
-    out.emit(out.config.sampler.draw(out.config.sampler.probs(logits), generator), "escalated")
+    u = out.config.uniforms(out.ids.numel(), 1, logits.device)[0]  # the position's own uniform (own_draws)
+    out.emit(out.config.sampler.draw(out.config.sampler.probs(logits), generator, u), "escalated")
     return []
 
 
@@ -78,7 +79,11 @@ def _emit_verdict(out: Output, tokens: Tensor, verdict: verify.Verdict) -> None:
 def sd_block(proposer: Proposer, full: Tier, out: Output, gamma: int, generator: torch.Generator,
              targets: verify.TargetsFn = verify.lossless,
              accept: verify.AcceptFn = verify.accept) -> list[Observation]:
-    """γ drafted tokens verified by one parallel full forward (standard speculative sampling)."""
+    """γ drafted tokens verified by one parallel full forward (standard speculative sampling). One-hot drafts
+    (n-gram) under lossless verification are checked by the verifier's own position-keyed draws
+    (:func:`verify.own_draws`): the same law, and the text ``ar`` samples with the same seed."""
+    if proposer.one_hot and targets is verify.lossless and accept is verify.accept and not out.config.sampler.greedy:
+        accept = verify.own_draws(out.config.uniforms(out.ids.numel(), min(gamma, out.remaining) + 1, out.ids.device))
     tokens, verdict, _ = speculate(proposer, full, out.ids, min(gamma, out.remaining), out.config, generator,
                                    targets, accept)
     _emit_verdict(out, tokens, verdict)

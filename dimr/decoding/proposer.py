@@ -21,6 +21,7 @@ from dimr.divergence import own_probs
 class Proposer(Protocol):
     tier: Tier | None  # None: the proposer runs no model
     name: str  # the tier name in acceptance statistics: draft, slim or lookup
+    one_hot: bool  # its drafts are deterministic (one-hot distributions), whatever the sampler
 
     def propose(self, ids: Tensor, gamma: int, sampler: Sampler, generator: torch.Generator | None,
                 stop_below: float = 0.0) -> tuple[Tensor, Tensor, Tensor]:
@@ -38,6 +39,8 @@ class Proposer(Protocol):
 
 class ModelProposer:
     """Autoregressive proposals from a KV-cached causal LM (the draft model or the slim verifier)."""
+
+    one_hot = False
 
     def __init__(self, tier: Tier) -> None:
         self.tier = tier
@@ -90,6 +93,7 @@ class NgramProposer:
     tier = None
     name = "lookup"
     hidden = None
+    one_hot = True
 
     def __init__(self, vocab_size: int, max_ngram: int = 3, min_ngram: int = 1) -> None:
         self.vocab_size, self.max_ngram, self.min_ngram = vocab_size, max_ngram, min_ngram

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from dataclasses import dataclass
@@ -75,6 +76,27 @@ class DecodeConfig:
 
     def generator(self, device: torch.device) -> torch.Generator:
         return torch.Generator(device=device).manual_seed(self.seed)
+
+    def uniforms(self, position: int, n: int, device: torch.device) -> Tensor:
+        """Uniforms [n, 1] for the tokens at ``position`` … ``position + n - 1`` of the sequence (prompt and
+        output), fixed by the seed and the position alone, not by what drew before: the draws by which the full
+        verifier samples its own token (``ar``'s steps, n-gram blocks), so that every mode built from those emits
+        the same text for one seed. A stream apart from :meth:`generator`'s."""
+        first, last = position // UNIFORM_CHUNK, (position + n - 1) // UNIFORM_CHUNK
+        u = torch.cat([_uniform_chunk(self.seed, k) for k in range(first, last + 1)])
+        start = position - first * UNIFORM_CHUNK
+        return u[start:start + n, None].to(device, copy=True)
+
+
+UNIFORM_CHUNK = 256  # positions per chunk of DecodeConfig.uniforms, each drawn from its own seeded generator
+
+
+@functools.lru_cache(maxsize=64)
+def _uniform_chunk(seed: int, k: int) -> Tensor:
+    # mixing the seed and the chunk index keeps these generators apart from DecodeConfig.generator's (seeded with
+    # the seed itself) and from each other
+    key = (seed * 0x9E3779B97F4A7C15 + (k + 1) * 0xBF58476D1CE4E5B9) % (2**63 - 1)
+    return torch.rand(UNIFORM_CHUNK, generator=torch.Generator().manual_seed(key))
 
 
 @dataclass

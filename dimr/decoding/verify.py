@@ -14,7 +14,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from dimr.decoding.sampling import Sampler, sample
+from dimr.decoding.sampling import Sampler, inverse_cdf, sample
 
 
 class Targets(NamedTuple):
@@ -70,6 +70,25 @@ def accept(draft_probs: Tensor, tokens: Tensor, targets: Targets,
         return Verdict(tokens.numel(), sample(targets.bonus, generator), True)
     n = int(rejected[0])
     return Verdict(n, sample(residual(targets.res[n], draft_probs[n]), generator), False)
+
+
+def own_draws(u: Tensor) -> AcceptFn:
+    """:func:`accept` for a one-hot draft (n-gram proposals) and lossless targets, by the target's own draws:
+    at each drafted position and the one after, the target draws its token at the uniform ``u`` [≥ n + 1, 1]
+    (:func:`dimr.decoding.sampling.inverse_cdf`); the drafts are accepted while they equal those draws, and the
+    first draw that differs (or the one after the block) is emitted. The same law as :func:`accept`'s: a draft
+    x is accepted with probability π(x), and otherwise the token is a draw of π without x, as the residual
+    (π − 1_x)+ is. The emitted tokens are then those that ``ar`` draws from the same uniforms."""
+
+    def matched(draft_probs: Tensor, tokens: Tensor, targets: Targets,
+                generator: torch.Generator | None) -> Verdict:
+        n = tokens.numel()
+        draws = inverse_cdf(torch.cat([targets.rej, targets.bonus[None]]), u[:n + 1]).view(-1)
+        missed = (draws[:n] != tokens).nonzero()
+        k = int(missed[0]) if missed.numel() else n
+        return Verdict(k, draws[k:k + 1], k == n)
+
+    return matched
 
 
 def acceptance(draft_probs: Tensor, tokens: Tensor, rej: Tensor) -> Tensor:
