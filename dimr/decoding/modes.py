@@ -32,8 +32,9 @@ def ar_block(full: Tier, out: Output, generator: torch.Generator) -> list[Observ
     logits = full.forward(out.ids[full.length:], keep=1)[0]
     full.crop(full.length)  # no-op, except that it bounds sliding-window caches
     out.stats.blocks += 1
-    u = out.config.uniforms(out.ids.numel(), 1, logits.device)[0]  # the position's own uniform (own_draws)
-    out.emit(out.config.sampler.draw(out.config.sampler.probs(logits), generator, u), "escalated")
+    sampler = out.config.sampler
+    u = None if sampler.greedy else out.config.uniforms(out.ids.numel(), 1, logits.device)[0]  # see own_draws
+    out.emit(sampler.draw(sampler.probs(logits), generator, u), "escalated")
     return []
 
 
