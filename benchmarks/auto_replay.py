@@ -305,7 +305,7 @@ def main() -> None:
         print(f"{name}: " + ", ".join(f"{k} {v / base:.3f}x" for k, v in top)
               + f"; auto {' '.join(f'{a / base:.3f}' for a in autos)}x ar = "
               f"{sum(autos) / len(autos) / speed[best]:.3f} of {best}")
-        if len(passes) > 1:  # each pass: auto (mean over seeds) over the pooled best row on that pass's texts
+        if len(passes) > 1:  # each pass: auto (pooled over its seeds) over the best row on that pass's texts
             per = sorted(pooled(runs) / pooled([fixed_runs[best][k]]) for k, runs in enumerate(auto_runs))
             print(f"  per pass, auto / {best}: median {per[len(per) // 2]:.3f}, range [{per[0]:.3f}, {per[-1]:.3f}],"
                   f" {sum(r >= 0.95 for r in per)} of {len(per)} >= 0.95")

@@ -83,10 +83,10 @@ def sd_block(proposer: Proposer, full: Tier, out: Output, gamma: int, generator:
     """γ drafted tokens verified by one parallel full forward (standard speculative sampling). One-hot drafts
     (n-gram) under lossless verification are checked by the verifier's own position-keyed draws
     (:func:`verify.own_draws`): the same law, and the text ``ar`` samples with the same seed."""
+    gamma = min(gamma, out.remaining)
     if proposer.one_hot and targets is verify.lossless and accept is verify.accept and not out.config.sampler.greedy:
-        accept = verify.own_draws(out.config.uniforms(out.ids.numel(), min(gamma, out.remaining) + 1, out.ids.device))
-    tokens, verdict, _ = speculate(proposer, full, out.ids, min(gamma, out.remaining), out.config, generator,
-                                   targets, accept)
+        accept = verify.own_draws(out.config.uniforms(out.ids.numel(), gamma + 1, out.ids.device))
+    tokens, verdict, _ = speculate(proposer, full, out.ids, gamma, out.config, generator, targets, accept)
     _emit_verdict(out, tokens, verdict)
     return [(proposer.name, "full", verdict.n_accepted, _tested(verdict, tokens.numel()))]
 
