@@ -55,7 +55,8 @@ def main() -> None:
             ran = Counter(chooser.chosen).most_common(4)
             print(f"pass {p} prompt {i:2d}: ran {', '.join(f'{a} {n}' for a, n in ran)}; "
                   f"sd/{','.join(map(str, GAMMAS))} "
-                  f"{' '.join(f'{s:.0f}' for s in speeds)} tok/s; draft {chooser.means()[('draft', 'full')]:.2f}; full "
+                  f"{' '.join(f'{s:.0f}' for s in speeds)} tok/s; draft (first, rest) "
+                  f"{' '.join(f'{m:.2f}' for m in chooser.means()[('draft', 'full')])}; full "
                   + " ".join(f"{g + 1}:{chooser.price('full', g + 1) * 1e3:.1f}" for g in GAMMAS)
                   + "; step " + " ".join(f"{m} {v * 1e3:.2f}" for m, v in sorted(chooser.overhead.items())))
         print(f"pass {p}: {tokens / (time.perf_counter() - began):.1f} tok/s")

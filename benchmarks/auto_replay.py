@@ -248,6 +248,8 @@ def main() -> None:
                     " holds fewer prompts or samples), else written")
     ap.add_argument("--tables", help="a bench_tiers.py --out JSON: price each workload at the cost table that"
                     " timed run measured for it at --temperature (instead of --costs)")
+    ap.add_argument("--one-rate", action="store_true", help="the chooser prices each model draft at one rate per"
+                    " drafted token, not its first token apart from the rest (Chooser.split off)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     logging.disable_progress_bar()
@@ -284,7 +286,7 @@ def main() -> None:
             mine = []
             for seed in range(args.seeds):
                 chooser = Chooser(costs, arms(draft=True, slim=False), calibrated=dict(calibrated), adapt=False,
-                                  overhead=overhead(costs))
+                                  overhead=overhead(costs), split=not args.one_rate)
                 rng, draws = random.Random(seed), random.Random(20_000 + 100 * k + seed)
                 tokens = seconds = 0.0
                 for p in paths:

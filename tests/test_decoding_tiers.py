@@ -26,6 +26,21 @@ from dimr.masks import SublayerMask
 from dimr.slim import decoder_layers, slim_verifier
 
 
+def draft_blocks(rate: float, n: int, gamma: int = 4, pair: tuple[str, str] = ("draft", "full"),
+                 seed: int = 0) -> list[modes.Observation]:
+    """``n`` blocks of ``gamma`` drafts of a model-drafted ``pair``, each draft accepted i.i.d. at ``rate`` (seeded
+    draws): one observation a block, as ``auto`` files them (each block's first draft apart from the rest)."""
+    import random
+
+    rng, out = random.Random(seed), []
+    for _ in range(n):
+        k = 0
+        while k < gamma and rng.random() < rate:
+            k += 1
+        out.append((*pair, k, min(k + 1, gamma)))
+    return out
+
+
 def lookup_blocks(first: float, rest: float, n: int, ngram: int = 0) -> list[modes.Observation]:
     """``n`` n-gram draft blocks of two drafted tokens, as ``auto`` files them after a match of ``ngram`` tokens
     (0: the pooled key): the first token accepted in a share ``first`` of them, the second in ``rest`` of those,
@@ -231,20 +246,24 @@ def test_auto_runs_the_arm_of_highest_speed_at_its_draws():
     one γ from one fill table, and must pick what pricing each arm alone picks."""
     import random
 
-    from dimr.decoding.auto import INNER, PAIRS, within_band
+    from dimr.decoding.auto import INNER, PAIRS, part, within_band
     from dimr.decoding.costs import block, blocks
 
     costs = Costs({"full": {1: 1.0, 5: 1.3, 17: 2.5}, "draft": {1: 0.08}, "slim": {1: 0.3, 5: 0.45, 17: 1.0}},
                   "test")
     chooser = Chooser(costs, arms(True, True))
     chooser.counts = {("draft", "full"): [20.0, 12.0], ("slim", "full"): [40.0, 3.0], INNER: [24.0, 4.0],
+                      part(("draft", "full"), False): [6.0, 6.0], part(("draft", "full"), True): [14.0, 6.0],
+                      part(("slim", "full"), False): [10.0, 1.0], part(("slim", "full"), True): [30.0, 2.0],
+                      part(INNER, False): [8.0, 2.0], part(INNER, True): [16.0, 2.0],
                       ("lookup", "full"): [5.0, 30.0], ("lookup+", "full"): [5.0, 5.0]}
     rng, picked = random.Random(3), set()
     for _ in range(60):
         twin = random.Random()
         twin.setstate(rng.getstate())
-        rates = {pair: chooser.lookup_means(0) if pair == ("lookup", "full") else twin.betavariate(
-            chooser.counts[pair][0] + PRIOR[0], chooser.counts[pair][1] + PRIOR[1]) for pair in PAIRS}
+        rates = {pair: chooser.lookup_means(0) if pair == ("lookup", "full") else tuple(twin.betavariate(
+            chooser.counts[key][0] + PRIOR[0], chooser.counts[key][1] + PRIOR[1])
+            for key in (part(pair, False), part(pair, True))) for pair in PAIRS}
         rates[INNER] = within_band(rates[INNER], rates[("draft", "full")], rates[("slim", "full")])
         speed = {a: (lambda tokens, seconds: tokens / seconds)(*block(a.mode, a.gamma, Acceptance(rates), costs,
                                                                        a.window)) for a in chooser.arms}
@@ -263,7 +282,7 @@ def test_auto_prices_by_measured_time():
 
     costs = Costs({"full": {1: 1.0, 5: 1.2}, "draft": {1: 0.1}}, "test")
     chooser = Chooser(costs, [Arm("ar"), Arm("sd", 4)])
-    chooser.observe([("draft", "full", 700, 1000)])
+    chooser.observe(draft_blocks(0.7, 300))
     rng = random.Random(0)
     assert {chooser.choose(rng, {"draft": 0}).mode for _ in range(20)} == {"sd"}
     for _ in range(40):  # per block 4 draft forwards of 1 token, each taking 5 × its 0.1 s
@@ -301,7 +320,7 @@ def test_auto_prices_each_forward_size_by_its_own_measurements():
 
     costs = Costs({"full": {1: 1.0, 5: 1.2}, "draft": {1: 0.1}}, "test")
     chooser = Chooser(costs, [Arm("ar"), Arm("sd", 4)])
-    chooser.observe([("draft", "full", 500, 1000)])  # α = 0.5: sd/4 ≈ 1.94 tokens in 1.6 s by the table
+    chooser.observe(draft_blocks(0.5, 300))  # α = 0.5: sd/4 ≈ 1.94 tokens in 1.6 s by the table
     rng = random.Random(0)
     assert {chooser.choose(rng, {"draft": 0}).mode for _ in range(20)} == {"sd"}
     for _ in range(100):
@@ -412,7 +431,7 @@ def test_auto_tries_a_mode_that_only_pays_at_a_long_gamma():
     chooser.observe([("draft", "full", 2, MIN_TESTED)])
     labels = [chooser.choose(rng, {"draft": 0}).label for _ in range(200)]
     assert "sd/1" in labels and "sd/4" not in labels and labels.count("ar") > labels.count("sd/1")
-    chooser.observe([("draft", "full", 300, 400)])  # α = 0.75 seen: sd/4 runs
+    chooser.observe(draft_blocks(0.75, 150))  # α = 0.75 seen: sd/4 runs
     assert {chooser.choose(rng, {"draft": 0}).label for _ in range(20)} == {"sd/4"}
 
 
@@ -627,21 +646,22 @@ def test_auto_tests_hier_draft_against_the_slim_before_the_draws_decide():
     # a cheap slim that the full verifier nearly always accepts, a draft that the full verifier rarely does
     costs = Costs({"full": {1: 1.0, 17: 1.0}, "draft": {1: 0.05}, "slim": {1: 0.1}}, "test")
     chooser = Chooser(costs, arms(draft=True, slim=True))
-    chooser.observe([("draft", "full", 2, MIN_TESTED), ("slim", "full", 95, 100)])
+    chooser.observe(draft_blocks(0.25, 40, gamma=2) + draft_blocks(0.95, 30, pair=("slim", "full")))
     rng = random.Random(0)
     assert {chooser.choose(rng, {"draft": 0, "slim": 0}, 0).label for _ in range(20)} == {"hier/1/4"}
     assert chooser.probing
-    chooser.observe([("draft", "slim", 7, MIN_TESTED)])
+    chooser.observe(draft_blocks(0.875, 3, pair=("draft", "slim")))  # 10 of 11 accepted
     # a draft accepted 7 in 8 by a slim that the full verifier accepts 0.95 of the time cannot be accepted 1 in 4
     # by the full: its draws against the slim stay within its draws against the full ± 0.05, and hier loses
     assert all(chooser.choose(rng, {"draft": 0, "slim": 0}, 0).mode != "hier" for _ in range(20))
-    chooser.observe([("draft", "full", 30, 32)])  # the draft's evidence against the full catches up
+    # the draft's evidence against the full catches up, and hier's blocks show the draft against the slim
+    chooser.observe(draft_blocks(0.8, 200) + draft_blocks(0.85, 40, pair=("draft", "slim"), seed=1))
     picked = [chooser.choose(rng, {"draft": 0, "slim": 0}, 0) for _ in range(20)]
     assert not chooser.probing and sum(a.mode == "hier" for a in picked) > 10  # the draws now favour hier
     assert any(a.mode == "hier" and a != Arm("hier", 1, 4) for a in picked)  # at the longer Γ its evidence allows
     # a slim the full verifier rarely accepts: hier could not win, its inner pair is never probed
     poor = Chooser(costs, arms(draft=True, slim=True))
-    poor.observe([("draft", "full", 2, MIN_TESTED), ("slim", "full", 5, 100)])
+    poor.observe(draft_blocks(0.25, 40, gamma=2) + draft_blocks(0.05, 30, pair=("slim", "full")))
     assert all(poor.choose(rng, {"draft": 0, "slim": 0}, 0).mode != "hier" for _ in range(20))
 
 
@@ -763,6 +783,34 @@ def test_auto_prices_the_ngram_draft_at_its_posterior_mean():
     assert {chooser.choose(rng, {}, 8).mode for _ in range(20)} == {"lookup"}
 
 
+def test_auto_prices_a_drafts_first_token_apart_from_the_rest():
+    """A model draft's first token in a block is counted apart from its later ones (tested once those before were
+    accepted), and a block is priced at that (first, rest): 1 + first · (1 − rest^γ) / (1 − rest) tokens. Drafts
+    rejected at their first token 7 blocks in 10 and kept to the end otherwise are 0.77 acceptance pooled, which
+    one i.i.d. rate prices as sd/8 beating ar; apart, sd/8 (3.3 tokens for 3.6 s) loses to ar (1 token a second)."""
+    from dimr.decoding.auto import part
+
+    costs = Costs({"full": {1: 1.0, 2: 2.0, 9: 2.8}, "draft": {1: 0.1}}, "test")
+    chooser = Chooser(costs, [Arm("ar"), Arm("sd", 1), Arm("sd", 8)])
+    chooser.observe([("draft", "full", 3, 4), ("draft", "full", 0, 1), ("draft", "full", 2, 2)])
+    pair = ("draft", "full")
+    assert chooser.counts == {pair: [5.0, 2.0], part(pair, False): [2.0, 1.0], part(pair, True): [3.0, 1.0]}
+    chooser.counts = {}
+    chooser.observe([("draft", "full", 0, 1)] * 70 + [("draft", "full", 8, 8)] * 30)
+    first, rest = chooser.counts[part(pair, False)], chooser.counts[part(pair, True)]
+    assert first == pytest.approx([30.0, 70.0]) and rest == pytest.approx([210.0, 0.0])
+    f, r = 31.0 / 103.0, 211.0 / 213.0  # Beta(accepted + 1, rejected + 2) means
+    assert chooser.means()[pair] == pytest.approx((f, r))
+    ar, sd1, sd8 = chooser.speeds(chooser.arms, chooser.means(), {"draft": 0})
+    assert sd8 == pytest.approx((1 + f * (1 - r ** 8) / (1 - r)) / (8 * 0.1 + 2.8))
+    assert sd8 < ar == 1.0 and sd1 < ar
+    pooled = Chooser(costs, chooser.arms, counts=chooser.counts, split=False)
+    a, b = chooser.counts[pair]  # 240 of 310 (faded to the horizon)
+    assert a / (a + b) == pytest.approx(240 / 310, abs=0.01)
+    assert pooled.means()[pair] == pytest.approx((a + 1) / (a + b + 3))
+    assert max(pooled.speeds(pooled.arms, pooled.means(), {"draft": 0})) > 1.05 * ar  # one rate: sd/8 wins
+
+
 def test_auto_posterior_fades_to_its_horizon():
     from dimr.decoding.auto import HORIZON
 
@@ -849,7 +897,7 @@ def test_auto_stretch_of_model_drafts_ends_where_a_longer_match_appears(decoder:
     config = DecodeConfig(max_new_tokens=NEW_TOKENS, temperature=0.8, seed=3)
     costs = Costs({"draft": {1: 0.01}, "slim": {1: 1.0}, "full": {1: 1.0}}, "test")
     chooser = Chooser(costs, [Arm("sd", 2), Arm("lookup", 2)])
-    chooser.counts[("draft", "full")] = [1e3, 0.0]  # sd wins every choice: only the stretches' ends vary
+    chooser.observe(draft_blocks(1.0, 300, gamma=2))  # sd wins every choice: only the stretches' ends vary
     trace: list = []
     starts: list[int] = []
     choose = chooser.choose

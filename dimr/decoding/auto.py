@@ -1,7 +1,12 @@
 """``auto``: block by block, the lossless mode and γ (Γ) with the best predicted speed.
 
-Before each block the :class:`Chooser` draws each model-drafted tier pair's per-token acceptance from its Beta
-posterior (Thompson sampling, as in bandit approaches to speculation such as BanditSpec), prices every arm with the
+Before each block the :class:`Chooser` draws each model-drafted tier pair's acceptance from its Beta posteriors
+(Thompson sampling, as in bandit approaches to speculation such as BanditSpec): of the first draft a block tests, and
+of each later one once those before it were accepted (:func:`part`), as the n-gram proposer's below. A block starts
+where the draft and the verifier last disagreed, and where they agree they tend to go on agreeing; one rate per
+drafted token prices a short γ too well and a long one too poorly (replayed clock-free on greedy texts, auto's
+speed moved +1.1% on code for both pairs, +0.1–0.4% on prose, none on the task:
+``benchmarks/results/auto_split_replay_*_T0.txt``). It then prices every arm with the
 cost model (:func:`dimr.decoding.costs.block`, plus the catch-up forward of a tier that sat out recent blocks) and
 runs one block of the fastest. The draft's catch-up is paid once for all of its later blocks, so a block bears the
 share of it that its tokens are of the tokens the draft's arms will emit (the tokens left times the share of tokens
@@ -146,6 +151,12 @@ CONFLICT = 0.1
 SEED = 8.0
 
 
+def part(pair: tuple[str, str], rest: bool) -> tuple[str, str]:
+    """The key of a model-drafted pair's counts of the first draft each block tests (``^``), or (``rest``, ``+``)
+    of each later one, tested once those before it were accepted."""
+    return (pair[0] + ("+" if rest else "^"), pair[1])
+
+
 def lookup_pair(ngram: int, rest: bool = False) -> tuple[str, str]:
     """The key of the n-gram proposer's counts after a match of ``ngram`` tokens (0: the pooled key): of its first
     drafted token, or (``rest``) of each later one, once those before it were accepted."""
@@ -186,6 +197,8 @@ class Chooser:
     # tier, or (tier, tokens fed): running measured / tabled seconds of its forwards
     scale: dict[str | tuple[str, int], float] = field(default_factory=dict)
     adapt: bool = True  # rescale the table by measured times (off: price by the table alone)
+    # price a model-drafted pair's first draft of a block apart from the later ones (off: one rate per draft)
+    split: bool = True
     # mode → running seconds outside forwards per token a block verifies (γ + 1; Γ + 1 for hier; 1 for ar)
     overhead: dict[str, float] = field(default_factory=dict)
     probing: bool = False  # the last choice was a probe (it runs one block: the probe ends at MIN_TESTED)
@@ -256,6 +269,12 @@ class Chooser:
         a, r = self.counts.get(pair, (0.0, 0.0))
         return a, r
 
+    def parts(self, pair: tuple[str, str]) -> list[tuple[float, float]]:
+        """A model-drafted pair's Beta posterior parameters: of its first draft in a block and of the later ones
+        (:attr:`split`), else of every draft pooled (one entry)."""
+        (pa, pr), keys = self.prior(pair), [part(pair, False), part(pair, True)] if self.split else [pair]
+        return [(a + pa, r + pr) for a, r in (self.counts.get(key, (0.0, 0.0)) for key in keys)]
+
     def lookup_means(self, ngram: int) -> tuple[float, float]:
         """The n-gram draft's posterior mean acceptance after a match of ``ngram`` tokens: (first, rest)."""
         out = []
@@ -268,16 +287,24 @@ class Chooser:
         """Every tier pair's posterior mean acceptance (the n-gram draft's: :meth:`lookup_means`)."""
         out: dict[tuple[str, str], float | tuple[float, float]] = {}
         for pair in PAIRS:
-            (a, r), (pa, pr) = self.evidence(pair), self.prior(pair)
-            out[pair] = self.lookup_means(ngram) if pair == LOOKUP else (a + pa) / (a + r + pa + pr)
+            out[pair] = (self.lookup_means(ngram) if pair == LOOKUP
+                         else _rate([a / (a + b) for a, b in self.parts(pair)]))
         return out
 
     def observe(self, observations: list[modes.Observation]) -> None:
         for proposer, target, accepted, tested in observations:
-            own = [self.seeded((proposer, target))] if proposer.startswith("lookup") else []
-            for c in [self.counts.setdefault((proposer, target), [0.0, 0.0]), *own]:
-                _count(c, accepted, tested - accepted)
-            self._check((proposer, target))
+            pair = (proposer, target)
+            if proposer.startswith("lookup"):
+                for c in (self.counts.setdefault(pair, [0.0, 0.0]), self.seeded(pair)):
+                    _count(c, accepted, tested - accepted)
+                continue
+            # pooled (probes, calibration checks, the γ cap), and the first draft apart from the later ones
+            _count(self.counts.setdefault(pair, [0.0, 0.0]), accepted, tested - accepted)
+            for key, hits, tried in ((part(pair, False), min(accepted, 1), min(tested, 1)),
+                                     (part(pair, True), max(accepted - 1, 0), max(tested - 1, 0))):
+                if tried:
+                    _count(self.counts.setdefault(key, [0.0, 0.0]), hits, tried - hits)
+            self._check(pair)
 
     def _check(self, pair: tuple[str, str]) -> None:
         """Drop ``pair``'s calibration if its evidence, at 8, 16, 32… tested tokens, contradicts it."""
@@ -358,10 +385,10 @@ class Chooser:
                 rates[pair] = means[pair] = self.lookup_means(ngram)
                 limit[pair] = 1 + self.evidence(pair, ngram)[0] + self.evidence(pair, ngram, rest=True)[0]
                 continue
-            (a, r), (pa, pr) = self.evidence(pair), self.prior(pair)
-            means[pair] = (a + pa) / (a + r + pa + pr)
-            rates[pair] = rng.betavariate(a + pa, r + pr)
-            limit[pair] = 1 + a  # γ (Γ) runs at most 1 + the tokens the pair has seen accepted
+            parts = self.parts(pair)
+            means[pair] = _rate([a / (a + b) for a, b in parts])
+            rates[pair] = _rate([rng.betavariate(a, b) for a, b in parts])
+            limit[pair] = 1 + self.evidence(pair)[0]  # γ (Γ) runs at most 1 + the tokens the pair has seen accepted
         for rate in (rates, means):
             rate[INNER] = within_band(rate[INNER], rate[DRAFTS["sd"]], rate[DRAFTS["self"]])
 
@@ -475,13 +502,22 @@ def _pair(key: str) -> tuple[str, str]:
     return first, second
 
 
-def within_band(inner: float, draft: float, slim: float) -> float:
+def _rate(rates: list[float]) -> float | tuple[float, float]:
+    """One pooled rate, or (first, rest) (:func:`dimr.decoding.costs.expected_tokens`)."""
+    return rates[0] if len(rates) == 1 else (rates[0], rates[1])
+
+
+def within_band(inner: float | tuple[float, float], draft: float | tuple[float, float],
+                slim: float | tuple[float, float]) -> float | tuple[float, float]:
     """The draft's acceptance against the slim verifier (``inner``) moved into the band the other two pairs allow:
     an acceptance is 1 − the expected total variation between the two tiers' next-token laws (greedy: the rate at
     which their tokens agree), and by the triangle inequality the draft's distance to the slim differs from its
     distance to the full verifier by at most the slim's own, so ``inner`` lies within ``draft`` ± (1 − ``slim``).
     hier's inner pair is seen only when hier runs; sd's and self's pairs are seen far more often, and bound it: drawn
     alone from a few dozen tokens, it had run hier where the means priced it 13–20% below sd (mini, prose, T = 0.7)."""
+    if isinstance(inner, tuple):  # (first, rest): each within its own band
+        d, s = (x if isinstance(x, tuple) else (x, x) for x in (draft, slim))
+        return within_band(inner[0], d[0], s[0]), within_band(inner[1], d[1], s[1])
     gap = 1.0 - slim
     return min(max(inner, draft - gap), draft + gap)
 
