@@ -235,6 +235,9 @@ class Chooser:
         """A chooser that goes on from :meth:`state`'s data, pricing ``arms`` with ``costs``."""
         out = cls(costs, arms, calibrated={_pair(k): float(m) for k, m in state["calibrated"].items()})
         out.counts = {_pair(k): [float(a), float(r)] for k, (a, r) in state["counts"].items()}
+        for pair in [p for p in PAIRS if p != LOOKUP and p in out.counts and part(p, False) not in out.counts]:
+            for rest in (False, True):  # saved before first and later drafts were counted apart: both from the pool
+                out.counts[part(pair, rest)] = list(out.counts[pair])
         out.worth = {_pair(k): float(w) for k, w in state.get("worth", {}).items()}
         out.overruled = {_pair(k) for k in state["overruled"]}
         out.scale = {(k.partition("|")[0], int(k.partition("|")[2])) if "|" in k else k: float(v)
