@@ -12,28 +12,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from dimr.decoding.auto import Chooser, arms
-
 sys.path.insert(0, str(Path(__file__).parent))
-from ab import compare, interleaved, load, parser  # noqa: E402
-
-
-def main() -> None:
-    ap = parser(__doc__, "code", 0.7)
-    ap.add_argument("--fixed", default="sd@2", help="a fixed mode to run beside them (mode@gamma)")
-    args = ap.parse_args()
-    dec, prompts = load(args)
-    dec.measure_costs()
-    cold = dec.auto_chooser(args.temperature)  # the priors `decode` starts from: each pass copies them
-    own = arms(draft=True, slim=dec.slim is not None)
-
-    def choosers() -> dict[str, Chooser]:
-        return {name: Chooser(cold.costs, own, calibrated=dict(cold.calibrated), worth=dict(cold.worth), split=split)
-                for name, split in (("apart", True), ("one-rate", False))}
-
-    variants = ("apart", "one-rate", "ar", args.fixed)
-    compare(interleaved(dec, prompts, args, variants, choosers), variants, "apart", "one-rate")
-
+from ab import rules_ab  # noqa: E402
 
 if __name__ == "__main__":
-    main()
+    rules_ab(__doc__, "code", 0.7, "sd@2", {"apart": True, "one-rate": False}, options=lambda split: {"split": split})
