@@ -3,10 +3,10 @@
 Before each block the :class:`Chooser` draws each model-drafted tier pair's acceptance from its Beta posteriors
 (Thompson sampling, as in bandit approaches to speculation such as BanditSpec): of the first draft a block tests, and
 of each later one once those before it were accepted (:func:`part`), as the n-gram proposer's below. A block starts
-where the draft and the verifier last disagreed, and where they agree they tend to go on agreeing; one rate per
-drafted token prices a short γ too well and a long one too poorly (replayed clock-free on greedy texts, auto's
-speed moved +1.1% on code for both pairs, +0.1–0.4% on prose, none on the task:
-``benchmarks/results/auto_split_replay_*_T0.txt``). It then prices every arm with the
+where the draft and the verifier last disagreed, and on greedy text where they agree they tend to go on agreeing,
+which one rate per drafted token prices as a short γ's win and a long one's loss (replayed clock-free on greedy
+texts, auto's speed moved +1.1% on code for both pairs, +0.1–0.4% on prose, none on the task; timed A/Bs on mini
+saw no difference: ``benchmarks/results/auto_split_*``). It then prices every arm with the
 cost model (:func:`dimr.decoding.costs.block`, plus the catch-up forward of a tier that sat out recent blocks) and
 runs one block of the fastest. The draft's catch-up is paid once for all of its later blocks, so a block bears the
 share of it that its tokens are of the tokens the draft's arms will emit (the tokens left times the share of tokens
