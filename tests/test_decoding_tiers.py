@@ -655,7 +655,7 @@ def test_auto_tests_hier_draft_against_the_slim_before_the_draws_decide():
     assert {chooser.choose(rng, {"draft": 0, "slim": 0}, 0).label for _ in range(20)} == {"hier/1/4"}
     assert chooser.probing
     chooser.observe(draft_blocks(0.875, 3, pair=("draft", "slim")))  # 10 of 11 accepted
-    # a draft accepted 7 in 8 by a slim that the full verifier accepts 0.95 of the time cannot be accepted 1 in 4
+    # a draft accepted 10 in 11 by a slim that the full verifier accepts 0.95 of the time cannot be accepted 3 in 43
     # by the full: its draws against the slim stay within its draws against the full ± 0.05, and hier loses
     assert all(chooser.choose(rng, {"draft": 0, "slim": 0}, 0).mode != "hier" for _ in range(20))
     # the draft's evidence against the full catches up, and hier's blocks show the draft against the slim
