@@ -518,9 +518,8 @@ def within_band(inner: float | tuple[float, float], draft: float | tuple[float, 
     distance to the full verifier by at most the slim's own, so ``inner`` lies within ``draft`` ± (1 − ``slim``).
     hier's inner pair is seen only when hier runs; sd's and self's pairs are seen far more often, and bound it: drawn
     alone from a few dozen tokens, it had run hier where the means priced it 13–20% below sd (mini, prose, T = 0.7)."""
-    if isinstance(inner, tuple):  # (first, rest): each within its own band
-        d, s = (x if isinstance(x, tuple) else (x, x) for x in (draft, slim))
-        return within_band(inner[0], d[0], s[0]), within_band(inner[1], d[1], s[1])
+    if isinstance(inner, tuple):  # (first, rest), as are the other two: each within its own band
+        return within_band(inner[0], draft[0], slim[0]), within_band(inner[1], draft[1], slim[1])
     gap = 1.0 - slim
     return min(max(inner, draft - gap), draft + gap)
 
