@@ -13,7 +13,7 @@ from test_decoding import FAMILIES, NEW_TOKENS, PROMPT, build_pair, check_counte
 from test_decoding_dist import P_PASS, broken_accept, chi_square_p, exact_two_tokens
 
 from dimr.decoding import DecodeConfig, modes
-from dimr.decoding.auto import GAMMAS, MIN_TESTED, PRIOR, Arm, Chooser, arms, auto
+from dimr.decoding.auto import GAMMAS, MIN_TESTED, PRIOR, STOP, Arm, Chooser, arms, auto
 from dimr.decoding.costs import GPUS, Acceptance, Costs, fill, predict, predict_from_counts, roofline
 from dimr.decoding.decoder import Decoder
 from dimr.decoding.proposer import ModelProposer, NgramProposer, lookup, lookup_match
@@ -171,22 +171,24 @@ def test_sampled_hier_reproduces_verifier(three_tiers, monkeypatch):
 # --- auto ------------------------------------------------------------------------------------------------
 
 def test_auto_with_one_arm_is_that_mode(decoder: Decoder):
-    """auto runs the chosen mode's own blocks on the same random stream: with one arm it is that mode."""
+    """auto runs the chosen mode's own blocks on the same random stream: with one arm it is that mode (sd with the
+    draft's stop when unsure that auto sets, ``--draft-stop``)."""
     config = DecodeConfig(max_new_tokens=NEW_TOKENS, gamma=3, window=5, temperature=0.8, top_p=0.9, seed=5)
     costs = Costs({t: {1: 1.0} for t in ("draft", "slim", "full")}, "test")
     for arm, mode in ((Arm("sd", 3), "sd"), (Arm("hier", 3, 5), "hier"), (Arm("lookup", 3), "lookup"),
                       (Arm("ar"), "ar")):
         result = auto(Chooser(costs, [arm]), decoder.full, decoder.draft, decoder.slim, PROMPT, config,
                       decoder.vocab_size)
-        assert result.tokens == decoder.run(PROMPT, mode, config).tokens, mode
+        fixed = DecodeConfig(**{**config.__dict__, "draft_stop": STOP if mode == "sd" else 0.0})
+        assert result.tokens == decoder.run(PROMPT, mode, fixed).tokens, mode
 
 
 @torch.inference_mode()
 def test_auto_emits_what_the_chosen_mode_emits(decoder: Decoder):
     """Every block of a mixed sampled auto decode, replayed from its sequence and random state with the
-    block function of the mode it chose, emits the same tokens."""
+    block function of the mode it chose (sd's with the draft's stop when unsure), emits the same tokens."""
     config = DecodeConfig(max_new_tokens=NEW_TOKENS, gamma=3, temperature=0.8, seed=2)
-    costs = Costs({"full": {1: 1.0, 9: 1.2}, "draft": {1: 0.1}, "slim": {1: 0.6, 9: 0.8}}, "test")
+    costs = Costs({"full": {1: 1.0, 9: 1.2}, "draft": {1: 0.3}, "slim": {1: 0.6, 9: 0.8}}, "test")
     arms = [Arm("ar"), Arm("sd", 1), Arm("sd", 2), Arm("self", 1), Arm("self", 3), Arm("lookup", 1),
             Arm("lookup", 4), Arm("hier", 1, 1), Arm("hier", 2, 4)]  # γ = 1 arms: open before any acceptance
     chooser = Chooser(costs, arms, adapt=False)  # the made-up table alone decides, so that the modes mix
@@ -207,7 +209,7 @@ def test_auto_emits_what_the_chosen_mode_emits(decoder: Decoder):
         else:
             proposer = {"sd": ModelProposer(fresh.draft), "self": ModelProposer(fresh.slim),
                         "lookup": NgramProposer(decoder.vocab_size)}[arm.mode]
-            modes.sd_block(proposer, fresh.full, out, arm.gamma, generator)
+            modes.sd_block(proposer, fresh.full, out, arm.gamma, generator, stop=chooser.stop * (arm.mode == "sd"))
         assert out.new == emitted, arm
 
 
@@ -246,8 +248,8 @@ def test_auto_runs_the_arm_of_highest_speed_at_its_draws():
     one γ from one fill table, and must pick what pricing each arm alone picks."""
     import random
 
-    from dimr.decoding.auto import INNER, PAIRS, part, within_band
-    from dimr.decoding.costs import block, blocks
+    from dimr.decoding.auto import INNER, PAIRS, SURE_PRIOR, part, sure_key, within_band
+    from dimr.decoding.costs import Sure, block, blocks
 
     costs = Costs({"full": {1: 1.0, 5: 1.3, 17: 2.5}, "draft": {1: 0.08}, "slim": {1: 0.3, 5: 0.45, 17: 1.0}},
                   "test")
@@ -257,6 +259,10 @@ def test_auto_runs_the_arm_of_highest_speed_at_its_draws():
                       part(("slim", "full"), False): [10.0, 1.0], part(("slim", "full"), True): [30.0, 2.0],
                       part(INNER, False): [8.0, 2.0], part(INNER, True): [16.0, 2.0],
                       ("lookup", "full"): [5.0, 30.0], ("lookup+", "full"): [5.0, 5.0]}
+    sd = ("draft", "full")
+    for key, first, rest in ((sure_key(sd, True), [3.0, 3.0], [10.0, 4.0]),
+                             (sure_key(sd, False), [4.0, 8.0], [12.0, 6.0])):
+        chooser.counts[part(key, False)], chooser.counts[part(key, True)] = first, rest
     rng, picked = random.Random(3), set()
     for _ in range(60):
         twin = random.Random()
@@ -265,6 +271,11 @@ def test_auto_runs_the_arm_of_highest_speed_at_its_draws():
             chooser.counts[key][0] + PRIOR[0], chooser.counts[key][1] + PRIOR[1])
             for key in (part(pair, False), part(pair, True))) for pair in PAIRS}
         rates[INNER] = within_band(rates[INNER], rates[("draft", "full")], rates[("slim", "full")])
+        # sd's draft stops when unsure (Chooser.stop): its rates of sure drafts, of the accepted and of all
+        kept, sure = ([twin.betavariate(chooser.counts[part(sure_key(sd, k), r)][0] + SURE_PRIOR[0],
+                                        chooser.counts[part(sure_key(sd, k), r)][1] + SURE_PRIOR[1])
+                       for r in (False, True)] for k in (True, False))
+        rates[sd] = (Sure(rates[sd][0], kept[0], sure[0]), Sure(rates[sd][1], kept[1], sure[1]))
         speed = {a: (lambda tokens, seconds: tokens / seconds)(*block(a.mode, a.gamma, Acceptance(rates), costs,
                                                                        a.window)) for a in chooser.arms}
         arm = chooser.choose(rng, {"draft": 0, "slim": 0})
@@ -281,7 +292,7 @@ def test_auto_prices_by_measured_time():
     import random
 
     costs = Costs({"full": {1: 1.0, 5: 1.2}, "draft": {1: 0.1}}, "test")
-    chooser = Chooser(costs, [Arm("ar"), Arm("sd", 4)])
+    chooser = Chooser(costs, [Arm("ar"), Arm("sd", 4)], stop=0.0)  # every block drafts γ
     chooser.observe(draft_blocks(0.7, 300))
     rng = random.Random(0)
     assert {chooser.choose(rng, {"draft": 0}).mode for _ in range(20)} == {"sd"}
@@ -319,7 +330,7 @@ def test_auto_prices_each_forward_size_by_its_own_measurements():
     import random
 
     costs = Costs({"full": {1: 1.0, 5: 1.2}, "draft": {1: 0.1}}, "test")
-    chooser = Chooser(costs, [Arm("ar"), Arm("sd", 4)])
+    chooser = Chooser(costs, [Arm("ar"), Arm("sd", 4)], stop=0.0)  # every block drafts γ
     chooser.observe(draft_blocks(0.5, 300))  # α = 0.5: sd/4 ≈ 1.94 tokens in 1.6 s by the table
     rng = random.Random(0)
     assert {chooser.choose(rng, {"draft": 0}).mode for _ in range(20)} == {"sd"}
@@ -426,7 +437,7 @@ def test_auto_tries_a_mode_that_only_pays_at_a_long_gamma():
     import random
 
     costs = Costs({"full": {1: 1.0, 2: 1.9, 17: 1.9}, "draft": {1: 0.0}}, "test")
-    chooser = Chooser(costs, [Arm("ar"), Arm("sd", 1), Arm("sd", 4)])
+    chooser = Chooser(costs, [Arm("ar"), Arm("sd", 1), Arm("sd", 4)], stop=0.0)  # every block drafts γ
     rng = random.Random(0)
     chooser.observe([("draft", "full", 2, MIN_TESTED)])
     labels = [chooser.choose(rng, {"draft": 0}).label for _ in range(200)]
@@ -527,7 +538,8 @@ def test_auto_chooser_state_round_trips():
     state = chooser.state()  # as saved before a draft's first and later tokens were counted apart
     state["counts"] = {k: c for k, c in state["counts"].items() if "^" not in k and "+|" not in k or "lookup" in k}
     old = Chooser.from_state(costs, chooser.arms, state)
-    assert old.means()[("draft", "full")] == pytest.approx((9.6 / 16, 9.6 / 16))  # the pooled 5 of 8, both parts
+    first, rest = old.means()[("draft", "full")]
+    assert (first.accepted, rest.accepted) == pytest.approx((9.6 / 16, 9.6 / 16))  # the pooled 5 of 8, both parts
 
 
 def test_auto_starts_a_calibrated_slim_from_its_calibration():
@@ -705,6 +717,57 @@ def test_expected_tokens_of_a_first_and_a_rest_rate_match_an_enumeration():
     assert expected_tokens((0.6, 0.1), 0) == 1.0
 
 
+def test_a_draft_that_stops_when_unsure_is_priced_as_an_enumeration():
+    """A block of at most γ drafts that stops after the first the draft is unsure of: its expected tokens and seconds,
+    enumerated over every (sure, accepted) pattern of γ drafts with numpy (each position's four outcomes at the
+    first or the later position's rates), equal :func:`stopped`'s; sure of every draft, it is the block without the
+    stop."""
+    import itertools
+
+    from dimr.decoding.costs import Sure, expected_tokens, stopped
+
+    def verify(n: int) -> float:
+        return 1.0 + 0.13 * n + 0.01 * n * n
+
+    cases = [(Sure(0.6, 0.9, 0.7), Sure(0.7, 0.8, 0.75), 4), (Sure(0.3, 0.5, 0.4), Sure(0.9, 1.0, 0.95), 3),
+             (Sure(0.5, 0.6, 0.6), Sure(0.5, 0.6, 0.6), 5), (Sure(0.8, 0.9, 0.8), Sure(0.2, 0.3, 0.5), 1)]
+    for first, rest, gamma in cases:
+        tokens = seconds = 0.0
+        for pattern in itertools.product(range(4), repeat=gamma):  # outcome: 0 sure+accepted, 1 unsure+accepted,
+            p = 1.0  # 2 sure+rejected, 3 unsure+rejected
+            for k, o in enumerate(pattern):
+                r = first if k == 0 else rest
+                law = np.array([r.accepted * r.kept, r.accepted * (1 - r.kept), r.sure - r.accepted * r.kept,
+                                1 - r.accepted - r.sure + r.accepted * r.kept])
+                assert (law >= 0).all()
+                p *= law[o]
+            drafted = next((k + 1 for k, o in enumerate(pattern) if o in (1, 3)), gamma)
+            run = next((k for k, o in enumerate(pattern[:drafted]) if o >= 2), drafted)
+            tokens += p * (1 + run)
+            seconds += p * (drafted * 0.2 + verify(drafted + 1))
+        assert stopped(first, rest, gamma, 0.2, verify) == pytest.approx((tokens, seconds))
+    assert stopped(Sure(0.6), Sure(0.7), 4, 0.2, verify) == pytest.approx(
+        (expected_tokens((0.6, 0.7), 4), 4 * 0.2 + verify(5)))
+
+
+@torch.inference_mode()
+def test_auto_stops_drafting_where_the_draft_is_unsure(decoder: Decoder):
+    """auto's sd blocks end the draft after a token the draft gives less than ``Chooser.stop`` and count, per block,
+    its drafted and accepted tokens it was sure of: a stop above every probability ends each draft after its first
+    token, none was sure; with the stop off blocks draft γ tokens (fewer only where the decode's end cuts them)."""
+    from dimr.decoding.auto import DRAFTS, part, sure_key
+
+    config = DecodeConfig(max_new_tokens=NEW_TOKENS, temperature=1.0, seed=3)
+    costs = Costs({t: {1: 1.0} for t in ("draft", "slim", "full")}, "test")
+    for stop, per_block in ((1.01, 1), (0.0, 4)):
+        chooser = Chooser(costs, [Arm("sd", 4)], adapt=False, stop=stop)
+        result = auto(chooser, decoder.full, decoder.draft, decoder.slim, PROMPT, config, decoder.vocab_size)
+        stats = result.stats
+        assert stats.drafted == per_block * stats.blocks or stop == 0.0 and stats.drafted > 3 * stats.blocks
+        sure = chooser.counts.get(part(sure_key(DRAFTS["sd"], False), False))
+        assert sure == ([0.0, float(stats.blocks)] if stop else None)
+
+
 def test_auto_prices_the_ngram_drafts_first_token_apart_from_the_rest():
     """After a single matched token the n-gram draft's first token is a guess, but once it is accepted the text
     that followed the match tends to go on (smollm2's prose: 0.12 of first tokens accepted, then nearly every later
@@ -795,7 +858,7 @@ def test_auto_prices_a_drafts_first_token_apart_from_the_rest():
     from dimr.decoding.auto import part
 
     costs = Costs({"full": {1: 1.0, 2: 2.0, 9: 2.8}, "draft": {1: 0.1}}, "test")
-    chooser = Chooser(costs, [Arm("ar"), Arm("sd", 1), Arm("sd", 8)])
+    chooser = Chooser(costs, [Arm("ar"), Arm("sd", 1), Arm("sd", 8)], stop=0.0)  # every block drafts γ
     chooser.observe([("draft", "full", 3, 4), ("draft", "full", 0, 1), ("draft", "full", 2, 2)])
     pair = ("draft", "full")
     assert chooser.counts == {pair: [5.0, 2.0], part(pair, False): [2.0, 1.0], part(pair, True): [3.0, 1.0]}
@@ -808,7 +871,7 @@ def test_auto_prices_a_drafts_first_token_apart_from_the_rest():
     ar, sd1, sd8 = chooser.speeds(chooser.arms, chooser.means(), {"draft": 0})
     assert sd8 == pytest.approx((1 + f * (1 - r ** 8) / (1 - r)) / (8 * 0.1 + 2.8))
     assert sd8 < ar == 1.0 and sd1 < ar
-    pooled = Chooser(costs, chooser.arms, counts=chooser.counts, split=False)
+    pooled = Chooser(costs, chooser.arms, counts=chooser.counts, split=False, stop=0.0)
     a, b = chooser.counts[pair]  # 240 of 310 (faded to the horizon)
     assert a / (a + b) == pytest.approx(240 / 310, abs=0.01)
     assert pooled.means()[pair] == pytest.approx((a + 1) / (a + b + 3))
@@ -846,8 +909,9 @@ def stretches(emitted: list[int]) -> list[int]:
 @pytest.mark.parametrize("arm", [Arm("ar"), Arm("sd", 2)], ids=["ar", "sd"])
 def test_auto_runs_longer_stretches_when_one_arm_keeps_winning(decoder: Decoder, arm: Arm):
     """With one arm only, each choice runs blocks until it has emitted 1, 2, 4… up to RUN tokens: fewer choices than
-    blocks, the same output as the fixed mode."""
-    config = DecodeConfig(max_new_tokens=NEW_TOKENS, temperature=0.8, seed=3, gamma=max(arm.gamma, 1))
+    blocks, the same output as the fixed mode (sd's with auto's stop when unsure)."""
+    config = DecodeConfig(max_new_tokens=NEW_TOKENS, temperature=0.8, seed=3, gamma=max(arm.gamma, 1),
+                          draft_stop=STOP if arm.mode == "sd" else 0.0)
     chooser = Chooser(Costs({t: {1: 1.0} for t in ("draft", "slim", "full")}, "test"), [arm])
     chooser.counts[("draft", "full")] = [1e3, 0.0]  # the γ cap lets sd run γ = 2 from the first block
     trace: list = []
@@ -1141,7 +1205,7 @@ def test_auto_spreads_the_drafts_catch_up_over_the_tokens_left():
     import random
 
     costs = Costs({"full": {1: 1.0, 17: 1.0}, "draft": {1: 0.05, 17: 0.85}, "slim": {1: 0.05, 17: 0.85}}, "test")
-    chooser = Chooser(costs, [Arm("ar"), Arm("sd", 4)], adapt=False)
+    chooser = Chooser(costs, [Arm("ar"), Arm("sd", 4)], adapt=False, stop=0.0)
     chooser.observe([("draft", "full", 900, 1000)])  # sd/4 emits 4.1 tokens in 1.2 s; catching up 100 costs 5 s
     rng = random.Random(0)
 

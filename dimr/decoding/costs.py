@@ -280,13 +280,51 @@ def fills(window: int, gamma: int, alpha: float | tuple[float, float], costs: Ca
 
 
 @dataclass(frozen=True)
+class Sure:
+    """One drafted position's rates under a draft that stops after a token it is unsure of (its own probability of
+    it below a threshold; SpecDec++ and HF's assisted generation stop on the draft's confidence): ``accepted``, of a
+    tested draft; ``kept``, of an accepted one, that it was sure (drafting went on after it); ``sure``, of a drafted
+    one. Without the stop both of the last two are 1."""
+
+    accepted: float
+    kept: float = 1.0
+    sure: float = 1.0
+
+
+def stopped(first: Sure, rest: Sure, gamma: int, draft: float, verify: Callable[[int], float]) -> tuple[float, float]:
+    """(expected tokens, seconds) of one block of at most γ drafts that stops after an unsure one: token k is drafted
+    when the k − 1 before it were sure, and yields one when, besides, those were accepted and it is. ``draft``:
+    seconds of one draft forward; ``verify(n)``: of a verification of n tokens. With both extra rates at 1 it is
+    :func:`expected_tokens` of (first, rest) and γ·draft + verify(γ + 1)."""
+    tokens, going, reach, seconds = 1.0, 1.0, 1.0, 0.0  # going: P(1..k-1 accepted and sure); reach: P(k drafted)
+    for k in range(1, gamma + 1):
+        rate = first if k == 1 else rest
+        tokens += going * rate.accepted
+        going *= rate.accepted * rate.kept
+        further = reach * rate.sure if k < gamma else 0.0
+        seconds += (reach - further) * (k * draft + verify(k + 1))
+        reach = further
+    return tokens, seconds
+
+
+def expected_drafted(first: Sure, rest: Sure, gamma: int) -> float:
+    """Drafts one block of at most γ makes when it stops after an unsure one (:func:`stopped`): token k is drafted
+    when the k − 1 before it were sure."""
+    total, reach = 0.0, 1.0
+    for k in range(1, gamma + 1):
+        total += reach
+        reach *= (first if k == 1 else rest).sure
+    return total
+
+
+@dataclass(frozen=True)
 class Acceptance:
     """Per-token acceptance rates: proposer → target, e.g. ``{("draft", "full"): 0.6}``; a rate may be (first,
-    rest) (:func:`expected_tokens`)."""
+    rest) (:func:`expected_tokens`), or a (first, rest) of :class:`Sure` for a draft that stops when unsure (sd)."""
 
-    rates: Mapping[tuple[str, str], float | tuple[float, float]] = field(default_factory=dict)
+    rates: Mapping[tuple[str, str], float | tuple[float, float] | tuple[Sure, Sure]] = field(default_factory=dict)
 
-    def __call__(self, proposer: str, target: str) -> float | tuple[float, float]:
+    def __call__(self, proposer: str, target: str) -> float | tuple[float, float] | tuple[Sure, Sure]:
         if (proposer, target) not in self.rates:
             raise DimrError(f"no acceptance rate of {proposer} against {target}; decode with a mode that "
                             "runs that pair of tiers first")
@@ -320,7 +358,11 @@ def blocks(specs: Sequence[tuple[str, int, int]], acceptance: Acceptance, costs:
             out.append((1.0, costs("full", 1)))
         elif mode in ("sd", "self", "lookup"):
             drafter = {"sd": proposer, "self": "slim", "lookup": FREE}[mode]
-            tokens = expected_tokens(acceptance(drafter, "full"), gamma)
+            rate = acceptance(drafter, "full")
+            if isinstance(rate, tuple) and isinstance(rate[0], Sure):  # a draft that stops when unsure
+                out.append(stopped(*rate, gamma, costs(drafter, 1), lambda n: costs("full", n)))
+                continue
+            tokens = expected_tokens(rate, gamma)
             out.append((tokens, gamma * costs(drafter, 1) + costs("full", gamma + 1)))
         elif mode == "hier":
             tokens = expected_tokens(acceptance("slim", "full"), window)

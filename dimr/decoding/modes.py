@@ -50,12 +50,15 @@ def ar(full: Tier, prompt: Tensor, config: DecodeConfig) -> DecodeResult:
 
 def speculate(proposer: Proposer, target: Tier, ids: Tensor, gamma: int, config: DecodeConfig,
               generator: torch.Generator, targets: verify.TargetsFn = verify.lossless,
-              accept: verify.AcceptFn = verify.accept) -> tuple[Tensor, verify.Verdict, Tensor]:
-    """The proposer drafts up to γ tokens after ``ids``, one forward of ``target`` checks them; ``target``
-    and the proposer are cropped to the accepted tokens. → (drafted tokens [g], verdict, the target's
-    probabilities [g + 1, V] at the drafted positions and the one after)."""
+              accept: verify.AcceptFn = verify.accept, stop: float | None = None
+              ) -> tuple[Tensor, verify.Verdict, Tensor]:
+    """The proposer drafts up to γ tokens after ``ids`` (stopping after one it gives less than ``stop``, by default
+    ``config.draft_stop``), one forward of ``target`` checks them; ``target`` and the proposer are cropped to the
+    accepted tokens. → (drafted tokens [g], verdict, the target's probabilities [g + 1, V] at the drafted positions
+    and the one after)."""
     sampler = config.sampler
-    tokens, draft_probs, draft_logits = proposer.propose(ids, gamma, sampler, generator, config.draft_stop)
+    stop = config.draft_stop if stop is None else stop
+    tokens, draft_probs, draft_logits = proposer.propose(ids, gamma, sampler, generator, stop)
     target_logits = target.forward(torch.cat([ids[target.length:], tokens]), keep=tokens.numel() + 1)
     target_probs = sampler.probs(target_logits)
     context = verify.Context(tokens, draft_logits, target_logits, sampler, proposer.hidden, target.hidden)
@@ -79,14 +82,14 @@ def _emit_verdict(out: Output, tokens: Tensor, verdict: verify.Verdict) -> None:
 
 def sd_block(proposer: Proposer, full: Tier, out: Output, gamma: int, generator: torch.Generator,
              targets: verify.TargetsFn = verify.lossless,
-             accept: verify.AcceptFn = verify.accept) -> list[Observation]:
-    """γ drafted tokens verified by one parallel full forward (standard speculative sampling). One-hot drafts
-    (n-gram) under lossless verification are checked by the verifier's own position-keyed draws
-    (:func:`verify.own_draws`): the same law, and the text ``ar`` samples with the same seed."""
+             accept: verify.AcceptFn = verify.accept, stop: float | None = None) -> list[Observation]:
+    """γ drafted tokens verified by one parallel full forward (standard speculative sampling); ``stop``: as in
+    :func:`speculate`. One-hot drafts (n-gram) under lossless verification are checked by the verifier's own
+    position-keyed draws (:func:`verify.own_draws`): the same law, and the text ``ar`` samples with the same seed."""
     gamma = min(gamma, out.remaining)
     if proposer.one_hot and targets is verify.lossless and accept is verify.accept and not out.config.sampler.greedy:
         accept = verify.own_draws(out.config.uniforms(out.ids.numel(), gamma + 1, out.ids.device))
-    tokens, verdict, _ = speculate(proposer, full, out.ids, gamma, out.config, generator, targets, accept)
+    tokens, verdict, _ = speculate(proposer, full, out.ids, gamma, out.config, generator, targets, accept, stop)
     _emit_verdict(out, tokens, verdict)
     return [(proposer.name, "full", verdict.n_accepted, _tested(verdict, tokens.numel()))]
 

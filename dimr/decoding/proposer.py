@@ -46,10 +46,12 @@ class ModelProposer:
         self.tier = tier
         self.name = tier.name
         self.hidden: Tensor | None = None  # [γ, d]: last hidden states of the last proposal, if tier.keep_hidden
+        self.sure = 0  # leading tokens of the last proposal the proposer gave at least ``stop_below`` (all if 0)
 
     def propose(self, ids: Tensor, gamma: int, sampler: Sampler, generator: torch.Generator | None,
                 stop_below: float = 0.0) -> tuple[Tensor, Tensor, Tensor]:
         tokens, probs, logits, hidden = [], [], [], []
+        self.sure = 0
         pending = ids[self.tier.length:]  # tokens the cache has not seen yet (≥ 1)
         for _ in range(gamma):
             step_logits = self.tier.forward(pending, keep=1)[0]
@@ -62,6 +64,7 @@ class ModelProposer:
             logits.append(step_logits)
             if stop_below > 0 and float(own_probs(step_logits)[pending]) < stop_below:
                 break
+            self.sure += 1
         self.hidden = torch.stack(hidden) if hidden else None
         return torch.cat(tokens), torch.stack(probs), torch.stack(logits)
 
