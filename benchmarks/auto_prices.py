@@ -19,11 +19,17 @@ import torch
 
 from dimr.decoding import DecodeConfig, Decoder
 from dimr.decoding.auto import Arm, auto
+from dimr.decoding.costs import Sure
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_tiers import workload  # noqa: E402
 
 GAMMAS = (1, 2, 3, 4, 6)
+
+
+def accepted(rate: float | Sure) -> float:
+    """A part's acceptance: a :class:`Sure` rate's, under the draft's stop when unsure."""
+    return rate.accepted if isinstance(rate, Sure) else rate
 
 
 def main() -> None:
@@ -56,7 +62,7 @@ def main() -> None:
             print(f"pass {p} prompt {i:2d}: ran {', '.join(f'{a} {n}' for a, n in ran)}; "
                   f"sd/{','.join(map(str, GAMMAS))} "
                   f"{' '.join(f'{s:.0f}' for s in speeds)} tok/s; draft (first, rest) "
-                  f"{' '.join(f'{m:.2f}' for m in chooser.means()[('draft', 'full')])}; full "
+                  f"{' '.join(f'{accepted(m):.2f}' for m in chooser.means()[('draft', 'full')])}; full "
                   + " ".join(f"{g + 1}:{chooser.price('full', g + 1) * 1e3:.1f}" for g in GAMMAS)
                   + "; step " + " ".join(f"{m} {v * 1e3:.2f}" for m, v in sorted(chooser.overhead.items())))
         print(f"pass {p}: {tokens / (time.perf_counter() - began):.1f} tok/s")

@@ -285,8 +285,9 @@ def main() -> None:
                 fixed_runs[arm.label].append((sum(tokens), sum(seconds)))
             mine = []
             for seed in range(args.seeds):
+                # the recorded paths hold no draft confidences: the rule without the draft's stop when unsure
                 chooser = Chooser(costs, arms(draft=True, slim=False), calibrated=dict(calibrated), adapt=False,
-                                  overhead=overhead(costs), split=not args.one_rate)
+                                  overhead=overhead(costs), split=not args.one_rate, stop=0.0)
                 rng, draws = random.Random(seed), random.Random(20_000 + 100 * k + seed)
                 tokens = seconds = 0.0
                 for p in paths:
