@@ -85,7 +85,8 @@ ACCEPT = typer.Option(0.8, "--accept-threshold", help="via: slim probability of 
 CLOSE = typer.Option(0.5, "--close-threshold", help="via: min 1 - TV(draft, slim) for slim regeneration")
 REGEN = typer.Option(0.9, "--regen-threshold", help="via: min slim top probability for slim regeneration")
 DRAFT_STOP = typer.Option(0.0, "--draft-stop",
-                          help="stop drafting after a token the draft gives less than this (0 = always gamma)")
+                          help="stop drafting after a token the draft gives less than this (0 = always gamma; "
+                               "auto sets its own)")
 DEVICE = typer.Option(None, "--device", help="cpu, cuda, cuda:1... (default: cuda if available)")
 THREADS = typer.Option(None, "--threads", help="torch intra-op threads (default: torch's)")
 PAIRS_FILE = typer.Option(None, "--pairs-file", help=PAIRS_FILE_HELP)

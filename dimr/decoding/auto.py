@@ -85,6 +85,16 @@ pair has seen accepted, as an adaptive draft length starts short and grows on su
 arm is longer than that, the chooser runs the same mode at the best γ within the cap. A pair that only pays
 at a long γ (a verification of 5 tokens costing little more than one of 2) is thus still tried, and a cold
 try costs one drafted token, which tells as much as eight when the first is rejected.
+
+An ``sd`` block drafts while the draft is sure of its tokens: it stops after one the draft gives less than
+:data:`STOP` (its own probability at temperature 1; transformers' ``assistant_confidence_threshold`` and SpecDec++'s
+stop on a likely rejection are the same idea), so γ is a cap, and the output law does not change. Each part (first,
+rest) of the draft's counts then holds two more rates, of its accepted drafts that it was sure of and of all its
+drafts (:class:`dimr.decoding.costs.Sure`), and a block is priced with them (:func:`dimr.decoding.costs.stopped`); its
+step work by the tokens it is expected to verify, and measured by those it verified (priced at γ + 1, a long γ that
+drafts one token and a bit looked 3× dearer than it is). On mini's greedy task ``auto`` ran 1.21× as fast with it as
+without (``sd@6`` 0.86×), where its drafts are sure and accepted in long runs; on prose at T = 0.7, where the draft
+is sure of a fifth of its first tokens, the timed A/Bs did not tell the two apart.
 """
 
 from __future__ import annotations
