@@ -179,3 +179,14 @@ def test_decode_auto_on_the_cpu_prices_by_the_times_it_measures_without_stats(sl
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__]))
+
+
+def test_bench_row_names_give_their_mode_and_config():
+    """A benchmark row name sets γ, hier's window and the draft's stop when unsure, and nothing else."""
+    from dimr.decoding.bench import parse_spec
+
+    base = DecodeConfig(max_new_tokens=8)
+    assert parse_spec("ar", base) == ("ar", base)
+    assert parse_spec("sd@6", base) == ("sd", replace(base, gamma=6))
+    assert parse_spec("hier@2x8", base) == ("hier", replace(base, gamma=2, window=8))
+    assert parse_spec("sd@6~0.3", base) == ("sd", replace(base, gamma=6, draft_stop=0.3))

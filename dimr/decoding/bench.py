@@ -125,12 +125,15 @@ def _hf_assisted(decoder: Decoder, prompt: torch.Tensor, config: DecodeConfig,
 
 
 def parse_spec(name: str, config: DecodeConfig) -> tuple[str, DecodeConfig]:
-    """A row name → (mode, its config): ``sd@2`` is sd at γ = 2, ``hier@2x8`` hier at γ = 2 and Γ = 8."""
+    """A row name → (mode, its config): ``sd@2`` is sd at γ = 2, ``hier@2x8`` hier at γ = 2 and Γ = 8, ``sd@6~0.3``
+    sd at γ = 6 whose draft stops after a token it gives less than 0.3 (``--draft-stop``)."""
     mode, _, shape = name.partition("@")
     if not shape:
         return mode, config
+    shape, _, stop = shape.partition("~")
     gamma, _, window = shape.partition("x")
-    return mode, replace(config, gamma=int(gamma), **({"window": int(window)} if window else {}))
+    return mode, replace(config, gamma=int(gamma), **({"window": int(window)} if window else {}),
+                         **({"draft_stop": float(stop)} if stop else {}))
 
 
 @torch.inference_mode()
