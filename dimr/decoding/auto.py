@@ -93,8 +93,8 @@ rest) of the draft's counts then holds two more rates, of its accepted drafts th
 drafts (:class:`dimr.decoding.costs.Sure`), and a block is priced with them (:func:`dimr.decoding.costs.stopped`); its
 step work by the tokens it is expected to verify, and measured by those it verified (priced at γ + 1, a long γ that
 drafts one token and a bit looked 3× dearer than it is). On mini's greedy task ``auto`` ran 1.21× as fast with it as
-without (``sd@6`` 0.86×), where its drafts are sure and accepted in long runs; on prose at T = 0.7, where the draft
-is sure of a fifth of its first tokens, the timed A/Bs did not tell the two apart.
+without, 1.17× the fixed ``sd@6``, where the draft's drafts are sure and accepted in long runs; on prose at T = 0.7,
+where the draft is sure of a fifth of its first tokens, the timed A/Bs did not tell the two apart.
 """
 
 from __future__ import annotations
@@ -160,8 +160,8 @@ CONFLICT = 0.1
 # text repeats is a property of that prompt, so a few of its own blocks outweigh every earlier prompt's
 SEED = 8.0
 # auto's sd blocks stop drafting after a token the draft gives less than this (its own probability at temperature 1):
-# with it a long γ drafts while the draft is sure and stops where it guesses (mini, prose, T = 0.7: sd@6 1.30× ar
-# against 1.09× drafting all six, the best γ without it 1.20×); 0 turns it off
+# a long γ then drafts while the draft is sure and stops where it guesses (mini's greedy task: sd@6 1.71× ar with it,
+# the best γ drafting all 1.46×; benchmarks/stop_sweep.py); 0 turns it off
 STOP = 0.3
 SURE_PRIOR = (1.0, 1.0)  # Beta prior of the rates at which the draft is sure (Sure.kept, Sure.sure)
 
@@ -222,7 +222,7 @@ class Chooser:
     split: bool = True
     # sd blocks stop drafting after a token the draft gives less than this, and are priced so (:class:`Sure`; 0: off)
     stop: float = STOP
-    # mode → running seconds outside forwards per token a block verifies (γ + 1; Γ + 1 for hier; 1 for ar)
+    # mode → running seconds outside forwards per token a block verifies (its drafts + 1; Γ + 1 for hier; 1 for ar)
     overhead: dict[str, float] = field(default_factory=dict)
     probing: bool = False  # the last choice was a probe (it runs one block: the probe ends at MIN_TESTED)
     # n-gram pair → [accepted, rejected] on the current prompt, seeded with the pooled counts scaled to SEED tokens
@@ -399,7 +399,7 @@ class Chooser:
             runs = tier in CATCH_UP.get(arm.mode, ())
             _count(self.usage.setdefault(tier, [0.0, 0.0]), tokens if runs else 0, 0 if runs else tokens)
 
-    def observe_overhead(self, mode: str, seconds: float, verified: int = 1) -> None:
+    def observe_overhead(self, mode: str, seconds: float, verified: float = 1) -> None:
         """``seconds``: the time one block of ``mode`` spent outside its forwards (the step's own tensor code,
         the n-gram proposer's search; not the choice), of a block that verified ``verified`` tokens. Kept per verified
         token, a running mean per mode: on mini that time grows in proportion to γ + 1 (0.27–0.30 ms per token
@@ -777,11 +777,10 @@ class _Decode:
         if not self.timed:
             return
         forwards = sum(s for t in self.timed for _, s in t.log)
-        # the tokens each block verified as it ran (a stopping draft's drafts vary), hier's its window's
-        made = (self.out.stats.drafted - self.drafted) / max(blocks, 1) + 1
-        self.chooser.observe_overhead(arm.mode, (seconds - forwards) / max(blocks, 1),
-                                      verified(arm, drafted(arm, self.proposal.numel())) if arm.mode in ("ar", "hier")
-                                      else made)
+        # the tokens a block verified as it ran (a stopping draft's drafts vary); hier's, its window and one
+        checked = (verified(arm, drafted(arm, self.proposal.numel())) if arm.mode in ("ar", "hier")
+                   else (self.out.stats.drafted - self.drafted) / max(blocks, 1) + 1)
+        self.chooser.observe_overhead(arm.mode, (seconds - forwards) / max(blocks, 1), checked)
         for t in self.timed:
             self.chooser.observe_forwards(t.name, t.log)
             t.log.clear()
