@@ -431,7 +431,6 @@ class Chooser:
             rate[INNER] = within_band(rate[INNER], rate[DRAFTS["sd"]], rate[DRAFTS["self"]])
         if self.stop > 0:
             rates[DRAFTS["sd"]] = self.stopping(DRAFTS["sd"], rates[DRAFTS["sd"]], rng.betavariate)
-            means[DRAFTS["sd"]] = self.stopping(DRAFTS["sd"], means[DRAFTS["sd"]], _mean)
 
         def allowed(arm: Arm) -> bool:
             if arm.mode == "hier":
@@ -444,6 +443,8 @@ class Chooser:
         offered = [a for a in self.arms if a.mode != "lookup" or drafted(a, lookup_len) > 0] or self.arms[:1]
         arm = None
         if self._recheck is None or remaining <= self._recheck:
+            if self.stop > 0:  # the means price arms only here
+                means[DRAFTS["sd"]] = self.stopping(DRAFTS["sd"], means[DRAFTS["sd"]], _mean)
             arm = self._probe(offered, means, speeds)
             # whether to test turns on the posterior means, which a block barely moves: the decision not to is
             # revisited after MIN_TESTED more tokens (pricing every arm at the means each block cost as much as
@@ -762,10 +763,10 @@ class _Decode:
             seen = modes.hier_block(self.proposers["sd"], self.slim, full, out, arm.gamma, arm.window, generator,
                                     escalate=self.escalate)
         else:
-            stop, drafted = self.chooser.stop if arm.mode == "sd" else 0.0, out.stats.drafted
+            stop, before = self.chooser.stop if arm.mode == "sd" else 0.0, out.stats.drafted
             seen = modes.sd_block(self.proposers[arm.mode], full, out, arm.gamma, generator, stop=stop)
             if stop:
-                seen += sure_seen(seen[0], self.proposers[arm.mode].sure, out.stats.drafted - drafted)
+                seen += sure_seen(seen[0], self.proposers[arm.mode].sure, out.stats.drafted - before)
         if self.trace is not None:
             self.trace.append((arm, start, state, out.ids[start.numel():].tolist()))
         return seen
