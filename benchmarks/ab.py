@@ -108,11 +108,12 @@ def tables_ab(doc: str, workload: str, temperature: float, fixed: str,
 
 def rules_ab(doc: str, workload: str, temperature: float, fixed: str, rules: dict[str, object],
              apply: Callable[[object], None] | None = None,
-             options: Callable[[object], dict[str, object]] | None = None) -> None:
+             options: Callable[[object, list], dict[str, object]] | None = None) -> None:
     """The main of an A/B of two rules of ``auto`` (``auto_stretch_ab.py``, ``auto_probe_ab.py``,
     ``auto_split_ab.py``): ``apply(rule)`` puts a variant's rule in place before each of its decodes (the first
-    variant's before the fixed rows'), ``options(rule)`` gives its chooser's keyword arguments; a cold chooser per
-    variant and pass, beside ``ar`` and ``--fixed``. Prints :func:`compare` of the first to the second."""
+    variant's before the fixed rows'), ``options(rule, arms)`` gives its chooser's keyword arguments; a cold chooser per
+    variant and pass, beside ``ar`` and ``--fixed`` (``options`` may give its own ``arms``, a filter of the decoder's
+    own). Prints :func:`compare` of the first to the second."""
     ap = parser(doc, workload, temperature)
     ap.add_argument("--fixed", default=fixed, help="a fixed mode to run beside them (mode@gamma)")
     args = ap.parse_args()
@@ -123,8 +124,9 @@ def rules_ab(doc: str, workload: str, temperature: float, fixed: str, rules: dic
     a, b = rules
 
     def choosers() -> dict[str, Chooser]:
-        return {v: Chooser(cold.costs, own, calibrated=dict(cold.calibrated), worth=dict(cold.worth),
-                           **(options(rule) if options else {})) for v, rule in rules.items()}
+        return {v: Chooser(**{"costs": cold.costs, "arms": own, "calibrated": dict(cold.calibrated),
+                              "worth": dict(cold.worth), **(options(rule, own) if options else {})})
+                for v, rule in rules.items()}
 
     def before(variant: str) -> None:
         if apply is not None:

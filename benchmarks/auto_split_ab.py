@@ -16,4 +16,5 @@ sys.path.insert(0, str(Path(__file__).parent))
 from ab import rules_ab  # noqa: E402
 
 if __name__ == "__main__":
-    rules_ab(__doc__, "code", 0.7, "sd@2", {"apart": True, "one-rate": False}, options=lambda split: {"split": split})
+    rules_ab(__doc__, "code", 0.7, "sd@2", {"apart": True, "one-rate": False},
+             options=lambda split, _: {"split": split})

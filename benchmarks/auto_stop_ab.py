@@ -1,5 +1,6 @@
-"""``auto`` whose ``sd`` blocks stop drafting after a token the draft gives less than ``Chooser.stop`` (priced with
-the draft's rates of sure tokens) against drafting every one of γ (the rule before), beside ``ar`` and one fixed mode:
+"""``auto`` offering ``sd`` arms whose blocks stop drafting after a token the draft gives less than ``Chooser.stop``
+(priced with the draft's rates of sure tokens) beside those drafting every one of γ, against only the latter (the
+stop off), beside ``ar`` and one fixed mode:
 one cold chooser per variant and pass, the variants interleaved prompt by prompt (their order alternating), so all see
 the same machine state. Prints each pass's tokens/s and the ratio of the two ``auto`` variants.
 
@@ -16,4 +17,4 @@ sys.path.insert(0, str(Path(__file__).parent))
 from ab import rules_ab  # noqa: E402
 
 if __name__ == "__main__":
-    rules_ab(__doc__, "task", 0.0, "sd@6", {"stop": 0.3, "all": 0.0}, options=lambda stop: {"stop": stop})
+    rules_ab(__doc__, "task", 0.0, "sd@6", {"stop": 0.3, "all": 0.0}, options=lambda stop, _: {"stop": stop})

@@ -86,15 +86,17 @@ arm is longer than that, the chooser runs the same mode at the best γ within th
 at a long γ (a verification of 5 tokens costing little more than one of 2) is thus still tried, and a cold
 try costs one drafted token, which tells as much as eight when the first is rejected.
 
-An ``sd`` block drafts while the draft is sure of its tokens: it stops after one the draft gives less than
-:data:`STOP` (its own probability at temperature 1; transformers' ``assistant_confidence_threshold`` and SpecDec++'s
-stop on a likely rejection are the same idea), so γ is a cap, and the output law does not change. Each part (first,
+Each γ of ``sd`` is offered twice: drafting all γ tokens, and (``sd/γ~``) drafting while the draft is sure of its
+tokens: it stops after one the draft gives less than :data:`STOP` (its own probability at temperature 1; transformers'
+``assistant_confidence_threshold`` and SpecDec++'s stop on a likely rejection are the same idea), so γ is a cap, and
+the output law does not change. Each part (first,
 rest) of the draft's counts then holds two more rates, of its accepted drafts that it was sure of and of all its
 drafts (:class:`dimr.decoding.costs.Sure`), and a block is priced with them (:func:`dimr.decoding.costs.stopped`); its
 step work by the tokens it is expected to verify, and measured by those it verified (priced at γ + 1, a long γ that
 drafts one token and a bit looked 3× dearer than it is). On mini's greedy task ``auto`` ran 1.21× as fast with it as
 without, 1.17× the fixed ``sd@6``, where the draft's drafts are sure and accepted in long runs; on prose at T = 0.7,
-where the draft is sure of a fifth of its first tokens, the timed A/Bs did not tell the two apart.
+where the draft is sure of a fifth of its first tokens, the timed A/Bs did not tell the two apart, and on code at
+T = 0.7 a stopping ``sd`` ran 1–5% below the best one drafting all, hence both are offered and priced.
 """
 
 from __future__ import annotations
@@ -164,6 +166,8 @@ SEED = 8.0
 # the best γ drafting all 1.46×; benchmarks/stop_sweep.py); 0 turns it off
 STOP = 0.3
 SURE_PRIOR = (1.0, 1.0)  # Beta prior of the rates at which the draft is sure (Sure.kept, Sure.sure)
+# the key, in a choice's rates, of sd's draft under the stop: a (first, rest) of Sure, priced for the stop arms
+STOPPED = ("draft~stop", "full")
 
 
 def part(pair: tuple[str, str], rest: bool) -> tuple[str, str]:
@@ -189,10 +193,12 @@ class Arm:
     mode: str  # ar | sd | self | lookup | hier
     gamma: int = 0
     window: int = 0
+    stop: bool = False  # sd: drafting stops after a token the draft is unsure of (Chooser.stop)
 
     @property
     def label(self) -> str:
-        return self.mode + (f"/{self.gamma}" if self.gamma else "") + (f"/{self.window}" if self.window else "")
+        return (self.mode + (f"/{self.gamma}" if self.gamma else "") + (f"/{self.window}" if self.window else "")
+                + ("~" if self.stop else ""))
 
 
 # (mode, the pair its probe tests, the probe's arm): hier's inner pair is only seen when hier runs, as sd's is
@@ -201,9 +207,9 @@ PROBES = (("sd", DRAFTS["sd"], Arm("sd", 1)), ("self", DRAFTS["self"], Arm("self
 
 
 def arms(draft: bool, slim: bool) -> list[Arm]:
-    """Every arm the available tiers allow."""
+    """Every arm the available tiers allow (each γ of sd with and without the stop)."""
     out = [Arm("ar")] + [Arm("lookup", g) for g in GAMMAS]
-    out += [Arm("sd", g) for g in GAMMAS] if draft else []
+    out += [Arm("sd", g, stop=stop) for g in GAMMAS for stop in (False, True)] if draft else []
     out += [Arm("self", g) for g in GAMMAS] if slim else []
     out += [Arm("hier", g, w) for g, w in HIER] if slim and draft else []
     return out
@@ -220,7 +226,8 @@ class Chooser:
     adapt: bool = True  # rescale the table by measured times (off: price by the table alone)
     # price a model-drafted pair's first draft of a block apart from the later ones (off: one rate per draft)
     split: bool = True
-    # sd blocks stop drafting after a token the draft gives less than this, and are priced so (:class:`Sure`; 0: off)
+    # the stop arms' sd blocks stop drafting after a token the draft gives less than this, and are priced so
+    # (:class:`Sure`; 0: stop arms are not offered)
     stop: float = STOP
     # mode → running seconds outside forwards per token a block verifies (its drafts + 1; Γ + 1 for hier; 1 for ar)
     overhead: dict[str, float] = field(default_factory=dict)
@@ -320,13 +327,14 @@ class Chooser:
         return out[0], out[1]
 
     def means(self, ngram: int = 0) -> dict[tuple[str, str], float | tuple[float, float]]:
-        """Every tier pair's posterior mean acceptance (the n-gram draft's: :meth:`lookup_means`)."""
+        """Every tier pair's posterior mean acceptance (the n-gram draft's: :meth:`lookup_means`; sd's draft under the
+        stop's: :data:`STOPPED`)."""
         out: dict[tuple[str, str], float | tuple[float, float] | tuple[Sure, Sure]] = {}
         for pair in PAIRS:
             out[pair] = (self.lookup_means(ngram) if pair == LOOKUP
                          else _rate([a / (a + b) for a, b in self.parts(pair)]))
         if self.stop > 0:
-            out[DRAFTS["sd"]] = self.stopping(DRAFTS["sd"], out[DRAFTS["sd"]], _mean)
+            out[STOPPED] = self.stopping(DRAFTS["sd"], out[DRAFTS["sd"]], _mean)
         return out
 
     def observe(self, observations: list[modes.Observation]) -> None:
@@ -430,7 +438,7 @@ class Chooser:
         for rate in (rates, means):
             rate[INNER] = within_band(rate[INNER], rate[DRAFTS["sd"]], rate[DRAFTS["self"]])
         if self.stop > 0:
-            rates[DRAFTS["sd"]] = self.stopping(DRAFTS["sd"], rates[DRAFTS["sd"]], rng.betavariate)
+            rates[STOPPED] = self.stopping(DRAFTS["sd"], rates[DRAFTS["sd"]], rng.betavariate)
 
         def allowed(arm: Arm) -> bool:
             if arm.mode == "hier":
@@ -440,11 +448,12 @@ class Chooser:
         def speeds(priced: list[Arm], at: dict[tuple[str, str], float | tuple[float, float]]) -> list[float]:
             return self.speeds(priced, at, lag, lookup_len, remaining)
 
-        offered = [a for a in self.arms if a.mode != "lookup" or drafted(a, lookup_len) > 0] or self.arms[:1]
+        offered = [a for a in self.arms if (a.mode != "lookup" or drafted(a, lookup_len) > 0)
+                   and (self.stop > 0 or not a.stop)] or self.arms[:1]
         arm = None
         if self._recheck is None or remaining <= self._recheck:
             if self.stop > 0:  # the means price arms only here
-                means[DRAFTS["sd"]] = self.stopping(DRAFTS["sd"], means[DRAFTS["sd"]], _mean)
+                means[STOPPED] = self.stopping(DRAFTS["sd"], means[DRAFTS["sd"]], _mean)
             arm = self._probe(offered, means, speeds)
             # whether to test turns on the posterior means, which a block barely moves: the decision not to is
             # revisited after MIN_TESTED more tokens (pricing every arm at the means each block cost as much as
@@ -481,14 +490,18 @@ class Chooser:
         over = {tier: remaining * self.used(tier) for tier in SPREAD
                 if tier in lag and tier not in self._caught and remaining > 0}
         gammas = [drafted(a, lookup_len) for a in priced]
-        stopping = rates.get(DRAFTS["sd"])
-        stopping = stopping if isinstance(stopping, tuple) and isinstance(stopping[0], Sure) else None
+        stopping = rates.get(STOPPED)
+        specs = [(a.mode, g, a.window) for a, g in zip(priced, gammas, strict=True)]
+        priced_blocks: list[tuple[float, float]] = [(0.0, 0.0)] * len(priced)
+        for stops, acceptance in ((False, Acceptance(rates)), (True, Acceptance({**rates, DRAFTS["sd"]: stopping}))):
+            which = [i for i, a in enumerate(priced) if (a.stop and stopping is not None) == stops]
+            for i, priced_block in zip(which, blocks([specs[i] for i in which], acceptance, price) if which else [],
+                                       strict=True):
+                priced_blocks[i] = priced_block
         out = []
-        for arm, g, (tokens, seconds) in zip(priced, gammas, blocks(
-                [(a.mode, g, a.window) for a, g in zip(priced, gammas, strict=True)], Acceptance(rates), price),
-                strict=True):
+        for arm, g, (tokens, seconds) in zip(priced, gammas, priced_blocks, strict=True):
             # the step work grows with the tokens verified: a stopping draft's expected drafts + 1
-            work = expected_drafted(*stopping, g) + 1 if arm.mode == "sd" and stopping else verified(arm, g)
+            work = expected_drafted(*stopping, g) + 1 if arm.stop and stopping else verified(arm, g)
             seconds += self.overhead.get(arm.mode, 0.0) * work
             for tier in CATCH_UP.get(arm.mode, ()):
                 # the prompt's catch-up is paid once for every later block of the arm: each block bears its share;
@@ -513,7 +526,7 @@ class Chooser:
             own = [a for a in offered if a.mode == mode]
             mine = max(s for a, s in zip(offered, at_means, strict=True) if a.mode == mode)
             if mine < best < max(speeds(own, {**means, pair: 1.0})) / WORTH:
-                return probe_arm(probe, own, *self.counts.get(pair, (0.0, 0.0)))
+                return probe_arm(probe, [a for a in own if not a.stop], *self.counts.get(pair, (0.0, 0.0)))
         return None
 
 
@@ -763,7 +776,7 @@ class _Decode:
             seen = modes.hier_block(self.proposers["sd"], self.slim, full, out, arm.gamma, arm.window, generator,
                                     escalate=self.escalate)
         else:
-            stop, before = self.chooser.stop if arm.mode == "sd" else 0.0, out.stats.drafted
+            stop, before = self.chooser.stop if arm.stop else 0.0, out.stats.drafted
             seen = modes.sd_block(self.proposers[arm.mode], full, out, arm.gamma, generator, stop=stop)
             if stop:
                 seen += sure_seen(seen[0], self.proposers[arm.mode].sure, out.stats.drafted - before)
