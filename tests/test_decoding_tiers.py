@@ -782,8 +782,8 @@ def test_auto_prices_sd_with_and_without_the_stop():
     rejected as of an accepted one (sure of 0.3 of either)."""
     import random
 
-    from dimr.decoding.auto import DRAFTS, part, sure_key
-    from dimr.decoding.costs import Sure, expected_tokens, stopped
+    from dimr.decoding.auto import DRAFTS, STOPPED, part, sure_key
+    from dimr.decoding.costs import Sure, expected_drafted, expected_tokens, stopped
 
     costs = Costs({"full": {1: 1.0, 2: 1.05, 9: 1.4}, "draft": {1: 0.1}}, "test")
     offered = [Arm("ar")] + [Arm("sd", g, stop=s) for g in (1, 2, 4, 8) for s in (False, True)]
@@ -796,14 +796,14 @@ def test_auto_prices_sd_with_and_without_the_stop():
             chooser.counts[part(sure_key(pair, False), rest)] = [big * 0.3, big * 0.7]
             chooser.counts[part(sure_key(pair, True), rest)] = [big * kept, big * (1 - kept)]
         chooser.counts[pair] = [big, big]
-        speed = {}
+        speed, block = {}, {}
         for arm in offered[1:]:
             if arm.stop:
                 tokens, seconds = stopped(Sure(0.5, kept, 0.3), Sure(0.7, kept, 0.3), arm.gamma, 0.1,
                                           lambda n: costs("full", n))
             else:
                 tokens, seconds = expected_tokens((0.5, 0.7), arm.gamma), 0.1 * arm.gamma + costs("full", arm.gamma + 1)
-            speed[arm.label] = tokens / seconds
+            speed[arm.label], block[arm.label] = tokens / seconds, (tokens, seconds)
         best = max(speed, key=speed.__getitem__)
         assert best.endswith("~") == stop_wins
         rng = random.Random(0)
@@ -812,6 +812,13 @@ def test_auto_prices_sd_with_and_without_the_stop():
         # the draws run the faster kind, at a γ priced within 1% of the best (sd/2 and sd/4 drafting all are 0.5% apart)
         chosen = {chooser.choose(rng, {"draft": 0}).label for _ in range(20)}
         assert best in chosen and all(speed[label] > 0.99 * speed[best] for label in chosen)
+    # the stop arms' step work is kept apart (they read the draft's probability of each token): per verified token
+    chooser.overhead = {"sd": 0.01, "sd~": 0.05}
+    sure = chooser.means()[STOPPED]
+    work = {a.label: (expected_drafted(*sure, a.gamma) + 1) * 0.05 if a.stop else (a.gamma + 1) * 0.01
+            for a in offered[1:]}
+    assert chooser.speeds(offered[1:], chooser.means(), {"draft": 0}) == pytest.approx(
+        [tokens / (seconds + work[label]) for label, (tokens, seconds) in block.items()], rel=1e-3)
 
 
 def test_auto_prices_the_ngram_drafts_first_token_apart_from_the_rest():

@@ -196,6 +196,12 @@ class Arm:
     stop: bool = False  # sd: drafting stops after a token the draft is unsure of (Chooser.stop)
 
     @property
+    def step(self) -> str:
+        """The key of its step work (:attr:`Chooser.overhead`): its mode's, apart for a stop arm (``sd~``: the draft's
+        probability of each token it drafts is read)."""
+        return self.mode + ("~" if self.stop else "")
+
+    @property
     def label(self) -> str:
         return (self.mode + (f"/{self.gamma}" if self.gamma else "") + (f"/{self.window}" if self.window else "")
                 + ("~" if self.stop else ""))
@@ -229,7 +235,8 @@ class Chooser:
     # the stop arms' sd blocks stop drafting after a token the draft gives less than this, and are priced so
     # (:class:`Sure`; 0: stop arms are not offered)
     stop: float = STOP
-    # mode → running seconds outside forwards per token a block verifies (its drafts + 1; Γ + 1 for hier; 1 for ar)
+    # mode (Arm.step) → running seconds outside forwards per token a block verifies (its drafts + 1; Γ + 1 for hier;
+    # 1 for ar)
     overhead: dict[str, float] = field(default_factory=dict)
     probing: bool = False  # the last choice was a probe (it runs one block: the probe ends at MIN_TESTED)
     # n-gram pair → [accepted, rejected] on the current prompt, seeded with the pooled counts scaled to SEED tokens
@@ -502,7 +509,7 @@ class Chooser:
         for arm, g, (tokens, seconds) in zip(priced, gammas, priced_blocks, strict=True):
             # the step work grows with the tokens verified: a stopping draft's expected drafts + 1
             work = expected_drafted(*stopping, g) + 1 if arm.stop and stopping else verified(arm, g)
-            seconds += self.overhead.get(arm.mode, 0.0) * work
+            seconds += self.overhead.get(arm.step, self.overhead.get(arm.mode, 0.0)) * work
             for tier in CATCH_UP.get(arm.mode, ()):
                 # the prompt's catch-up is paid once for every later block of the arm: each block bears its share;
                 # once the tier has run on the prompt, a lag is the chooser's own interleaving, paid at each return
@@ -794,7 +801,7 @@ class _Decode:
         # the tokens a block verified as it ran (a stopping draft's drafts vary); hier's, its window and one
         checked = (verified(arm, drafted(arm, self.proposal.numel())) if arm.mode in ("ar", "hier")
                    else (self.out.stats.drafted - self.drafted) / max(blocks, 1) + 1)
-        self.chooser.observe_overhead(arm.mode, (seconds - forwards) / max(blocks, 1), checked)
+        self.chooser.observe_overhead(arm.step, (seconds - forwards) / max(blocks, 1), checked)
         for t in self.timed:
             self.chooser.observe_forwards(t.name, t.log)
             t.log.clear()
