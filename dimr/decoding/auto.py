@@ -89,10 +89,11 @@ try costs one drafted token, which tells as much as eight when the first is reje
 Each γ of ``sd`` is offered twice: drafting all γ tokens, and (``sd/γ~``) drafting while the draft is sure of its
 tokens: it stops after one the draft gives less than :data:`STOP` (its own probability at temperature 1; transformers'
 ``assistant_confidence_threshold`` and SpecDec++'s stop on a likely rejection are the same idea), so γ is a cap, and
-the output law does not change. Each part (first,
-rest) of the draft's counts then holds two more rates, of its accepted drafts that it was sure of and of all its
-drafts (:class:`dimr.decoding.costs.Sure`), and a block is priced with them (:func:`dimr.decoding.costs.stopped`); its
-step work by the tokens it is expected to verify, and measured by those it verified (priced at γ + 1, a long γ that
+the output law does not change. Each part (first, rest) of the draft's counts then holds two more rates, counted by
+the stop arms' blocks: of its accepted drafts that it was sure of and of all its drafts
+(:class:`dimr.decoding.costs.Sure`). A stop arm's block is priced with them and the acceptance that every sd block
+counts (:func:`dimr.decoding.costs.stopped`); its step work (kept apart: ``sd~`` reads the draft's probability of each
+draft) by the tokens it is expected to verify, and measured by those it verified (priced at γ + 1, a long γ that
 drafts one token and a bit looked 3× dearer than it is). On mini's greedy task ``auto`` ran 1.21× as fast with it as
 without, 1.17× the fixed ``sd@6``, where the draft's drafts are sure and accepted in long runs; on prose at T = 0.7,
 where the draft is sure of a fifth of its first tokens, the timed A/Bs did not tell the two apart, and on code at
