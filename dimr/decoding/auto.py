@@ -445,7 +445,8 @@ class Chooser:
             limit[pair] = 1 + self.evidence(pair)[0]  # γ (Γ) runs at most 1 + the tokens the pair has seen accepted
         for rate in (rates, means):
             rate[INNER] = within_band(rate[INNER], rate[DRAFTS["sd"]], rate[DRAFTS["self"]])
-        if self.stop > 0:
+        stops = self.stop > 0 and any(a.stop for a in self.arms)  # the stop arms' rates are drawn only if offered
+        if stops:
             rates[STOPPED] = self.stopping(DRAFTS["sd"], rates[DRAFTS["sd"]], rng.betavariate)
 
         def allowed(arm: Arm) -> bool:
@@ -460,7 +461,7 @@ class Chooser:
                    and (self.stop > 0 or not a.stop)] or self.arms[:1]
         arm = None
         if self._recheck is None or remaining <= self._recheck:
-            if self.stop > 0:  # the means price arms only here
+            if stops:  # the means price arms only here
                 means[STOPPED] = self.stopping(DRAFTS["sd"], means[DRAFTS["sd"]], _mean)
             arm = self._probe(offered, means, speeds)
             # whether to test turns on the posterior means, which a block barely moves: the decision not to is
