@@ -720,13 +720,13 @@ def test_expected_tokens_of_a_first_and_a_rest_rate_match_an_enumeration():
 
 
 def test_a_draft_that_stops_when_unsure_is_priced_as_an_enumeration():
-    """A block of at most γ drafts that stops after the first the draft is unsure of: its expected tokens and seconds,
-    enumerated over every (sure, accepted) pattern of γ drafts with numpy (each position's four outcomes at the
-    first or the later position's rates), equal :func:`stopped`'s; sure of every draft, it is the block without the
-    stop."""
+    """A block of at most γ drafts that stops after the first the draft is unsure of: its expected tokens and seconds
+    (and drafts), enumerated over every (sure, accepted) pattern of γ drafts with numpy (each position's four outcomes
+    at the first or the later position's rates), equal :func:`stopped`'s (and :func:`expected_drafted`'s); sure of
+    every draft, it is the block without the stop."""
     import itertools
 
-    from dimr.decoding.costs import Sure, expected_tokens, stopped
+    from dimr.decoding.costs import Sure, expected_drafted, expected_tokens, stopped
 
     def verify(n: int) -> float:
         return 1.0 + 0.13 * n + 0.01 * n * n
@@ -734,7 +734,7 @@ def test_a_draft_that_stops_when_unsure_is_priced_as_an_enumeration():
     cases = [(Sure(0.6, 0.9, 0.7), Sure(0.7, 0.8, 0.75), 4), (Sure(0.3, 0.5, 0.4), Sure(0.9, 1.0, 0.95), 3),
              (Sure(0.5, 0.6, 0.6), Sure(0.5, 0.6, 0.6), 5), (Sure(0.8, 0.9, 0.8), Sure(0.2, 0.3, 0.5), 1)]
     for first, rest, gamma in cases:
-        tokens = seconds = 0.0
+        tokens = seconds = drafts = 0.0
         for pattern in itertools.product(range(4), repeat=gamma):  # outcome: 0 sure+accepted, 1 unsure+accepted,
             p = 1.0  # 2 sure+rejected, 3 unsure+rejected
             for k, o in enumerate(pattern):
@@ -747,7 +747,9 @@ def test_a_draft_that_stops_when_unsure_is_priced_as_an_enumeration():
             run = next((k for k, o in enumerate(pattern[:drafted]) if o >= 2), drafted)
             tokens += p * (1 + run)
             seconds += p * (drafted * 0.2 + verify(drafted + 1))
+            drafts += p * drafted
         assert stopped(first, rest, gamma, 0.2, verify) == pytest.approx((tokens, seconds))
+        assert expected_drafted(first, rest, gamma) == pytest.approx(drafts)
     assert stopped(Sure(0.6), Sure(0.7), 4, 0.2, verify) == pytest.approx(
         (expected_tokens((0.6, 0.7), 4), 4 * 0.2 + verify(5)))
 

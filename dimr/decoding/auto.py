@@ -502,9 +502,10 @@ class Chooser:
         stopping = rates.get(STOPPED)
         specs = [(a.mode, g, a.window) for a, g in zip(priced, gammas, strict=True)]
         priced_blocks: list[tuple[float, float]] = [(0.0, 0.0)] * len(priced)
-        for stops, acceptance in ((False, Acceptance(rates)), (True, Acceptance({**rates, DRAFTS["sd"]: stopping}))):
+        groups = [(False, rates)] + ([(True, {**rates, DRAFTS["sd"]: stopping})] if stopping is not None else [])
+        for stops, at in groups:
             which = [i for i, a in enumerate(priced) if (a.stop and stopping is not None) == stops]
-            for i, priced_block in zip(which, blocks([specs[i] for i in which], acceptance, price) if which else [],
+            for i, priced_block in zip(which, blocks([specs[i] for i in which], Acceptance(at), price) if which else [],
                                        strict=True):
                 priced_blocks[i] = priced_block
         out = []
