@@ -23,9 +23,9 @@ import torch
 from transformers.utils import logging
 
 from dimr.decoding import DecodeConfig, Decoder
-from dimr.decoding.auto import auto, drafted, verified
+from dimr.decoding.auto import STOPPED, auto, drafted, verified
 from dimr.decoding.bench import parse_spec
-from dimr.decoding.costs import Acceptance, block
+from dimr.decoding.costs import Acceptance, block, expected_drafts
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_tiers import workload  # noqa: E402
@@ -55,8 +55,11 @@ def timed_choices(chooser, clock: Clocked) -> None:
         clock.choices.append((began, time.perf_counter()))
         means = chooser.means(ngram)
         gamma = drafted(arm, lookup_len)
-        tokens, seconds = block(arm.mode, gamma, Acceptance(means), chooser.price, arm.window)
-        clock.expected.append((tokens, seconds + chooser.overhead.get(arm.mode, 0.0) * verified(arm, gamma)))
+        mode = arm.step if arm.stop and STOPPED in means else arm.mode  # a stop arm: priced as the chooser does
+        tokens, seconds = block(mode, gamma, Acceptance(means), chooser.price, arm.window)
+        work = expected_drafts(*means[STOPPED], gamma)[gamma] + 1 if mode != arm.mode else verified(arm, gamma)
+        clock.expected.append((tokens, seconds + chooser.overhead.get(arm.step, chooser.overhead.get(arm.mode, 0.0))
+                               * work))
         return arm
 
     chooser.choose = stamped

@@ -1,5 +1,6 @@
-"""The decoder's own work per step, outside the forwards: one ``auto`` choice on a warmed chooser (25 arms, drawn
-counts, measured time ratios and step work, lags and n-gram offers varying per choice), and one sampled token by
+"""The decoder's own work per step, outside the forwards: one ``auto`` choice on a warmed chooser (30 arms, drawn
+counts, measured time ratios and step work, lags and n-gram offers varying per choice), with the modes far behind
+sitting out choices (``Chooser.nap``) and with every mode priced at every choice, and one sampled token by
 ``dimr.decoding.sampling.sample`` beside ``torch.multinomial`` at mini's and smollm2's vocabularies.
 
     python benchmarks/choice_cost.py
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from dimr.decoding.auto import Chooser, arms, lookup_pair
+from dimr.decoding.auto import NAP, Chooser, arms, lookup_pair
 from dimr.decoding.costs import Costs
 from dimr.decoding.sampling import sample
 
@@ -49,13 +50,19 @@ def per_call(fn, n: int) -> float:
 
 def main() -> None:
     torch.set_num_threads(1)
-    chooser, rng, k = warmed(), random.Random(1), [0]
+    for nap in (NAP, 0):
+        chooser, rng, k = warmed(), random.Random(1), [0]
+        chooser.nap = nap
 
-    def choose() -> None:
-        i = k[0] = k[0] + 1
-        chooser.choose(rng, {"draft": i % 5, "slim": i % 7}, lookup_len=i % 9, ngram=i % 4, remaining=64 - i % 64)
+        def choose(chooser=chooser, rng=rng, k=k) -> None:
+            i = k[0] = k[0] + 1
+            if i % 64 == 0:  # a prompt of 64 choices, over which the tiers' lags grow (as while their modes sit out)
+                chooser.new_prompt()
+            chooser.choose(rng, {"draft": i % 64 // 8, "slim": i % 64 // 4}, lookup_len=i % 9, ngram=i % 4,
+                           remaining=64 - i % 64)
 
-    print(f"auto choice: {per_call(choose, 3000) * 1e6:.0f} us")
+        print(f"auto choice ({'modes far behind sit out' if nap else 'every mode priced'}): "
+              f"{per_call(choose, 3000) * 1e6:.0f} us")
     gen = torch.Generator().manual_seed(0)
     for vocab in (4096, 49152):  # mini, smollm2
         probs = torch.softmax(torch.randn(vocab, generator=gen) / 0.7, -1)

@@ -255,7 +255,7 @@ def test_auto_runs_the_arm_of_highest_speed_at_its_draws():
 
     costs = Costs({"full": {1: 1.0, 5: 1.3, 17: 2.5}, "draft": {1: 0.08}, "slim": {1: 0.3, 5: 0.45, 17: 1.0}},
                   "test")
-    chooser = Chooser(costs, arms(True, True))
+    chooser = Chooser(costs, arms(True, True), nap=0)  # every mode priced at every choice (napping: below)
     chooser.counts = {("draft", "full"): [20.0, 12.0], ("slim", "full"): [40.0, 3.0], INNER: [24.0, 4.0],
                       part(("draft", "full"), False): [6.0, 6.0], part(("draft", "full"), True): [14.0, 6.0],
                       part(("slim", "full"), False): [10.0, 1.0], part(("slim", "full"), True): [30.0, 2.0],
@@ -287,6 +287,28 @@ def test_auto_runs_the_arm_of_highest_speed_at_its_draws():
     assert any(label.endswith("~") for label in picked)
     specs = [(a.mode, a.gamma, a.window) for a in chooser.arms]  # windows of one γ: 2/4 with 2/8, 4/8 with 4/12, 4/16
     assert blocks(specs, Acceptance(rates), costs) == [block(m, g, Acceptance(rates), costs, w) for m, g, w in specs]
+
+
+def test_auto_naps_modes_its_draws_price_far_below_the_best():
+    """A model-drafted mode whose best arm the draws price below DORMANT × the best arm's sits out the next NAP
+    choices unpriced, then is priced again: the slim's modes lose by far while the slim costs 10× its table; made
+    nearly free, they win the first choice with every mode priced, and the NAP + 1-th with napping."""
+    import random
+
+    from dimr.decoding.auto import NAP
+
+    costs = Costs({"full": {1: 1.0, 5: 1.3, 17: 2.5}, "draft": {1: 0.08}, "slim": {1: 0.3, 5: 0.45, 17: 1.0}},
+                  "test")
+    for nap in (NAP, 0):
+        chooser = Chooser(costs, arms(True, True), adapt=False, nap=nap)
+        chooser.observe(draft_blocks(0.7, 300) + draft_blocks(0.95, 300, pair=("slim", "full"))
+                        + draft_blocks(0.9, 300, pair=("draft", "slim")))
+        chooser.scale["slim"], rng = 10.0, random.Random(0)
+        assert chooser.choose(rng, {"draft": 0, "slim": 0}).mode == "sd"
+        chooser.scale["slim"] = 0.01
+        modes = [chooser.choose(rng, {"draft": 0, "slim": 0}).mode for _ in range(NAP + 1)]
+        slim = [i for i, mode in enumerate(modes) if mode in ("self", "hier")]
+        assert slim and slim[0] == (NAP if nap else 0)
 
 
 def test_auto_prices_by_measured_time():
@@ -722,11 +744,11 @@ def test_expected_tokens_of_a_first_and_a_rest_rate_match_an_enumeration():
 def test_a_draft_that_stops_when_unsure_is_priced_as_an_enumeration():
     """A block of at most γ drafts that stops after the first the draft is unsure of: its expected tokens and seconds
     (and drafts), enumerated over every (sure, accepted) pattern of γ drafts with numpy (each position's four outcomes
-    at the first or the later position's rates), equal :func:`stopped`'s (and :func:`expected_drafted`'s); sure of
+    at the first or the later position's rates), equal :func:`stopped`'s (and :func:`expected_drafts`'); sure of
     every draft, it is the block without the stop."""
     import itertools
 
-    from dimr.decoding.costs import Sure, expected_drafted, expected_tokens, stopped
+    from dimr.decoding.costs import Sure, expected_drafts, expected_tokens, stopped
 
     def verify(n: int) -> float:
         return 1.0 + 0.13 * n + 0.01 * n * n
@@ -749,7 +771,7 @@ def test_a_draft_that_stops_when_unsure_is_priced_as_an_enumeration():
             seconds += p * (drafted * 0.2 + verify(drafted + 1))
             drafts += p * drafted
         assert stopped(first, rest, gamma, 0.2, verify) == pytest.approx((tokens, seconds))
-        assert expected_drafted(first, rest, gamma) == pytest.approx(drafts)
+        assert expected_drafts(first, rest, gamma)[gamma] == pytest.approx(drafts)
     assert stopped(Sure(0.6), Sure(0.7), 4, 0.2, verify) == pytest.approx(
         (expected_tokens((0.6, 0.7), 4), 4 * 0.2 + verify(5)))
 
@@ -785,7 +807,7 @@ def test_auto_prices_sd_with_and_without_the_stop():
     import random
 
     from dimr.decoding.auto import DRAFTS, STOPPED, part, sure_key
-    from dimr.decoding.costs import Sure, expected_drafted, expected_tokens, stopped
+    from dimr.decoding.costs import Sure, expected_drafts, expected_tokens, stopped
 
     costs = Costs({"full": {1: 1.0, 2: 1.05, 9: 1.4}, "draft": {1: 0.1}}, "test")
     offered = [Arm("ar")] + [Arm("sd", g, stop=s) for g in (1, 2, 4, 8) for s in (False, True)]
@@ -817,7 +839,7 @@ def test_auto_prices_sd_with_and_without_the_stop():
     # the stop arms' step work is kept apart (they read the draft's probability of each token): per verified token
     chooser.overhead = {"sd": 0.01, "sd~": 0.05}
     sure = chooser.means()[STOPPED]
-    work = {a.label: (expected_drafted(*sure, a.gamma) + 1) * 0.05 if a.stop else (a.gamma + 1) * 0.01
+    work = {a.label: (expected_drafts(*sure, a.gamma)[a.gamma] + 1) * 0.05 if a.stop else (a.gamma + 1) * 0.01
             for a in offered[1:]}
     assert chooser.speeds(offered[1:], chooser.means(), {"draft": 0}) == pytest.approx(
         [tokens / (seconds + work[label]) for label, (tokens, seconds) in block.items()], rel=1e-3)

@@ -86,6 +86,15 @@ arm is longer than that, the chooser runs the same mode at the best γ within th
 at a long γ (a verification of 5 tokens costing little more than one of 2) is thus still tried, and a cold
 try costs one drafted token, which tells as much as eight when the first is rejected.
 
+A model-drafted mode (sd, self, hier) whose pairs the chooser knows (:data:`NAP_TESTED` tokens of evidence each) and
+whose best arm a choice's draws price below :data:`DORMANT` × the best arm's other than the n-gram ones (those are on
+offer only where the text matched) sits out the next :data:`NAP` choices unpriced; new evidence of its pairs, or less
+lag in a tier it runs, wakes it at once. While it sits out nothing it is priced by can improve but the other arms'
+prices. On mini the slim's modes rarely win, and their twelve arms (hier's with a fill table per γ) made about 40% of
+each choice's pricing: a choice on a warmed state takes 93 µs with the naps, 143 without
+(``benchmarks/choice_cost.py``), where choosing took 1–4% of a decode; timed A/Bs did not tell the two apart (medians
+0.99–1.01, passes 0.90–1.08).
+
 Each γ of ``sd`` is offered twice: drafting all γ tokens, and (``sd/γ~``) drafting while the draft is sure of its
 tokens: it stops after one the draft gives less than :data:`STOP` (its own probability at temperature 1; transformers'
 ``assistant_confidence_threshold`` and SpecDec++'s stop on a likely rejection are the same idea), so γ is a cap, and
@@ -113,7 +122,7 @@ import torch
 from torch import Tensor
 
 from dimr.decoding import modes
-from dimr.decoding.costs import FREE, Acceptance, Costs, Sure, blocks, expected_drafted
+from dimr.decoding.costs import FREE, STOP_SUFFIX, Acceptance, Costs, Sure, blocks, expected_drafts
 from dimr.decoding.proposer import NgramProposer, Proposer, lookup_match
 from dimr.decoding.sequence import DecodeConfig, DecodeResult, Output
 from dimr.decoding.stats import DecodeStats
@@ -150,6 +159,14 @@ OBSERVED = max(w for _, w in HIER) + 1  # longer forwards (the prompt's prefill,
 # a mode chosen again and again runs blocks until it has emitted 1, 2, 4… tokens per choice (at least one block), up
 # to this many: fewer choices, same law
 RUN = 16
+# A model-drafted mode whose best arm a choice's draws price below DORMANT × the best arm's sits out the next NAP
+# choices (its arms are not priced; the probes' pricing at the means still sees them): on mini the slim's modes
+# (self, hier) rarely win, and their 12 arms (hier's with a fill table per γ) were ~40% of each choice's pricing
+DORMANT = 0.8
+NAP = 8
+NAPPING = ("sd", "self", "hier")
+NAP_TESTED = 32.0  # ... once its pairs' posteriors hold this many tested tokens
+WAKES = {("draft", "full"): ("sd",), ("slim", "full"): ("self", "hier"), ("draft", "slim"): ("hier",)}  # pair → modes
 # tokens a model-drafted pair (sd's, self's) is tested on before the draws alone decide whether it runs again
 MIN_TESTED = 8
 LOOKUP = ("lookup", "full")
@@ -168,7 +185,7 @@ SEED = 8.0
 STOP = 0.3
 SURE_PRIOR = (1.0, 1.0)  # Beta prior of the rates at which the draft is sure (Sure.kept, Sure.sure)
 # the key, in a choice's rates, of sd's draft under the stop: a (first, rest) of Sure, priced for the stop arms
-STOPPED = ("draft~stop", "full")
+STOPPED = ("draft" + STOP_SUFFIX, "full")
 
 
 def part(pair: tuple[str, str], rest: bool) -> tuple[str, str]:
@@ -214,9 +231,10 @@ PROBES = (("sd", DRAFTS["sd"], Arm("sd", 1)), ("self", DRAFTS["self"], Arm("self
 
 
 def arms(draft: bool, slim: bool) -> list[Arm]:
-    """Every arm the available tiers allow (each γ of sd with and without the stop)."""
+    """Every arm the available tiers allow (each γ of sd with and without the stop; at γ = 1 the stop changes
+    nothing)."""
     out = [Arm("ar")] + [Arm("lookup", g) for g in GAMMAS]
-    out += [Arm("sd", g, stop=stop) for g in GAMMAS for stop in (False, True)] if draft else []
+    out += [Arm("sd", g, stop=stop) for g in GAMMAS for stop in (False, True) if g > 1 or not stop] if draft else []
     out += [Arm("self", g) for g in GAMMAS] if slim else []
     out += [Arm("hier", g, w) for g, w in HIER] if slim and draft else []
     return out
@@ -251,6 +269,10 @@ class Chooser:
     _checked: dict[tuple[str, str], int] = field(default_factory=dict, repr=False)  # next tested count to check at
     # ``remaining`` at or below which the decision not to test is revisited (None: at the next choice)
     _recheck: int | None = field(default=None, repr=False)
+    # choices of the draws a model-drafted mode sits out before it is priced again (NAP)
+    nap: int = NAP
+    _asleep: dict[str, int] = field(default_factory=dict, repr=False)  # mode → choices it still sits out
+    _lags: dict[str, int] = field(default_factory=dict, repr=False)  # each tier's lag at the last choice
     # SPREAD tier → [tokens emitted by blocks of arms that run it, by other arms], faded to HORIZON tokens
     usage: dict[str, list[float]] = field(default_factory=dict)
     _caught: set[str] = field(default_factory=set, repr=False)  # SPREAD tiers an arm has run on this prompt
@@ -285,7 +307,7 @@ class Chooser:
         return out
 
     def new_prompt(self) -> None:
-        self.chosen, self.local, self._recheck, self._caught = {}, {}, None, set()
+        self.chosen, self.local, self._recheck, self._caught, self._asleep, self._lags = {}, {}, None, set(), {}, {}
 
     def seeded(self, pair: tuple[str, str]) -> list[float]:
         """This prompt's counts of an n-gram pair: from the pooled ones scaled to :data:`SEED` tokens at first."""
@@ -354,6 +376,8 @@ class Chooser:
                 continue
             # pooled (probes, calibration checks, the γ cap), and the first draft apart from the later ones
             _count(self.counts.setdefault(pair, [0.0, 0.0]), accepted, tested - accepted)
+            for mode in WAKES.get(pair, ()):  # new evidence: priced again at the next choice
+                self._asleep.pop(mode, None)
             for key, hits, tried in ((part(pair, False), min(accepted, 1), min(tested, 1)),
                                      (part(pair, True), max(accepted - 1, 0), max(tested - 1, 0))):
                 if tried:
@@ -472,16 +496,46 @@ class Chooser:
         if arm is None:
             # The draw's best arm, whatever its evidence, says which mode to try; a pair with little evidence
             # then bets small: the same mode at the best γ its evidence allows (else the best allowed arm).
-            speed = speeds(offered, rates)
-            best = max(range(len(offered)), key=speed.__getitem__)
-            arm = offered[best]
+            for tier, behind in lag.items():  # a tier that lags less than at the last choice: its modes cost less
+                if behind < self._lags.get(tier, behind):
+                    for mode in (m for m, tiers in CATCH_UP.items() if tier in tiers):
+                        self._asleep.pop(mode, None)
+            self._lags = dict(lag)
+            awake = [a for a in offered if not self._asleep.get(a.mode)] or offered
+            speed = speeds(awake, rates)
+            best = max(range(len(awake)), key=speed.__getitem__)
+            arm = awake[best]
             if not allowed(arm):
-                within = [i for i, a in enumerate(offered) if allowed(a)]
-                arm = offered[max([i for i in within if offered[i].mode == arm.mode] or within or [0],
-                                  key=speed.__getitem__)]
+                within = [i for i, a in enumerate(awake) if allowed(a)]
+                arm = awake[max([i for i in within if awake[i].mode == arm.mode] or within or [0],
+                                key=speed.__getitem__)]
+            self._nap(awake, speed)
         self.chosen[arm.label] = self.chosen.get(arm.label, 0) + 1
         self._caught.update(t for t in CATCH_UP.get(arm.mode, ()) if t in SPREAD)
         return arm
+
+    def _nap(self, priced: list[Arm], speed: list[float]) -> None:
+        """After a choice among ``priced`` at ``speed``: a :data:`NAPPING` mode whose best arm priced below
+        :data:`DORMANT` × the best arm's but the n-gram arms' (they are on offer only where the text matched) is left
+        unpriced for the next :attr:`nap` choices; those asleep now come a choice closer to waking."""
+        best: dict[str, float] = {}
+        for a, s in zip(priced, speed, strict=True):
+            if a.mode != "lookup" and s > best.get(a.mode, 0.0):
+                best[a.mode] = s
+        top = max(best.values(), default=0.0)
+        for mode in NAPPING:
+            if mode in best and not self._known(mode):
+                self._asleep.pop(mode, None)
+            elif mode in best:
+                self._asleep[mode] = self.nap if best[mode] < DORMANT * top else 0
+            elif self._asleep.get(mode):
+                self._asleep[mode] -= 1
+
+    def _known(self, mode: str) -> bool:
+        """Whether each tier pair ``mode`` runs holds :data:`NAP_TESTED` tokens of evidence (its prior's included): a
+        pair its draws still spread widely keeps being drawn at every choice (Thompson sampling's exploration)."""
+        return all(sum(self.counts.get(pair, (0.0, 0.0))) + sum(self.prior(pair)) >= NAP_TESTED
+                   for pair, modes in WAKES.items() if mode in modes)
 
     def speeds(self, priced: list[Arm], rates: dict[tuple[str, str], float | tuple[float, float]],
                lag: dict[str, int], lookup_len: int = GAMMAS[-1], remaining: int = 0) -> list[float]:
@@ -499,20 +553,17 @@ class Chooser:
         over = {tier: remaining * self.used(tier) for tier in SPREAD
                 if tier in lag and tier not in self._caught and remaining > 0}
         gammas = [drafted(a, lookup_len) for a in priced]
-        stopping = rates.get(STOPPED)
-        specs = [(a.mode, g, a.window) for a, g in zip(priced, gammas, strict=True)]
-        priced_blocks: list[tuple[float, float]] = [(0.0, 0.0)] * len(priced)
-        groups = [(False, rates)] + ([(True, {**rates, DRAFTS["sd"]: stopping})] if stopping is not None else [])
-        for stops, at in groups:
-            which = [i for i, a in enumerate(priced) if (a.stop and stopping is not None) == stops]
-            for i, priced_block in zip(which, blocks([specs[i] for i in which], Acceptance(at), price) if which else [],
-                                       strict=True):
-                priced_blocks[i] = priced_block
+        stopping = rates.get(STOPPED)  # without it a stop arm is priced as drafting all γ
+        stops = stopping is not None and any(a.stop for a in priced)
+        specs = [(a.step if stops else a.mode, g, a.window) for a, g in zip(priced, gammas, strict=True)]
+        # the step work grows with the tokens verified: a stopping draft's expected drafts + 1
+        drafts = expected_drafts(*stopping, max(g for a, g in zip(priced, gammas, strict=True) if a.stop)) if stops \
+            else []
+        steps = {step: self.overhead.get(step, self.overhead.get(step.rstrip("~"), 0.0)) for step, _, _ in specs}
         out = []
-        for arm, g, (tokens, seconds) in zip(priced, gammas, priced_blocks, strict=True):
-            # the step work grows with the tokens verified: a stopping draft's expected drafts + 1
-            work = expected_drafted(*stopping, g) + 1 if arm.stop and stopping else verified(arm, g)
-            seconds += self.overhead.get(arm.step, self.overhead.get(arm.mode, 0.0)) * work
+        for arm, (step, g, _), (tokens, seconds) in zip(priced, specs, blocks(specs, Acceptance(rates), price),
+                                                        strict=True):
+            seconds += steps[step] * (drafts[g] + 1 if stops and arm.stop else verified(arm, g))
             for tier in CATCH_UP.get(arm.mode, ()):
                 # the prompt's catch-up is paid once for every later block of the arm: each block bears its share;
                 # once the tier has run on the prompt, a lag is the chooser's own interleaving, paid at each return

@@ -31,6 +31,8 @@ import torch
 from dimr.errors import DimrError
 
 FREE = "lookup"  # the n-gram proposer: a table look-up, no forward
+# the key suffix of a draft's acceptance, as (first, rest) of Sure, when it stops drafting after a token it is unsure of
+STOP_SUFFIX = "~stop"
 
 
 @dataclass(frozen=True)
@@ -296,21 +298,31 @@ def stopped(first: Sure, rest: Sure, gamma: int, draft: float, verify: Callable[
     when the k − 1 before it were sure, and yields one when, besides, those were accepted and it is. ``draft``:
     seconds of one draft forward; ``verify(n)``: of a verification of n tokens. With both extra rates at 1 it is
     :func:`expected_tokens` of (first, rest) and γ·draft + verify(γ + 1)."""
-    tokens, going, reach, seconds = 1.0, 1.0, 1.0, 0.0  # going: P(1..k-1 accepted and sure); reach: P(k drafted)
-    for k in range(1, gamma + 1):
+    return reaches(first, rest, gamma, draft, verify)[gamma]
+
+
+def reaches(first: Sure, rest: Sure, top: int, draft: float,
+            verify: Callable[[int], float]) -> list[tuple[float, float]]:
+    """:func:`stopped` of every γ = 0..``top`` in one pass: a block of γ drafts is one of γ − 1 whose blocks that
+    reached draft γ draft once more (``auto`` prices six γ of each draft at every choice)."""
+    out = [(1.0, verify(1))]
+    tokens, going, reach, spent = 1.0, 1.0, 1.0, 0.0  # going: P(1..k-1 accepted and sure); reach: P(k drafted)
+    for k in range(1, top + 1):
         rate = first if k == 1 else rest
         tokens += going * rate.accepted
         going *= rate.accepted * rate.kept
-        further = reach * rate.sure if k < gamma else 0.0
-        seconds += (reach - further) * (k * draft + verify(k + 1))
+        here = k * draft + verify(k + 1)
+        out.append((tokens, spent + reach * here))  # at γ = k every block that drafted k stops there
+        further = reach * rate.sure
+        spent += (reach - further) * here  # blocks that stop after draft k at a larger γ
         reach = further
-    return tokens, seconds
+    return out
 
 
-def expected_drafted(first: Sure, rest: Sure, gamma: int) -> float:
-    """Drafts one block of at most γ makes when it stops after an unsure one: :func:`stopped`'s seconds with a draft
-    forward costing 1 and verification nothing."""
-    return stopped(first, rest, gamma, 1.0, lambda n: 0.0)[1]
+def expected_drafts(first: Sure, rest: Sure, top: int) -> list[float]:
+    """Drafts one block of at most γ makes when it stops after an unsure one, for every γ = 0..``top``:
+    :func:`reaches`' seconds with a draft forward costing 1 and verification nothing."""
+    return [seconds for _, seconds in reaches(first, rest, top, 1.0, lambda n: 0.0)]
 
 
 @dataclass(frozen=True)
@@ -339,7 +351,9 @@ def block(mode: str, gamma: int, acceptance: Acceptance, costs: Callable[[str, i
 
 def blocks(specs: Sequence[tuple[str, int, int]], acceptance: Acceptance, costs: Callable[[str, int], float],
            proposer: str = "draft") -> list[tuple[float, float]]:
-    """:func:`block` of each (mode, γ, Γ) in ``specs``; the hier windows of one γ share one :func:`fills` table."""
+    """:func:`block` of each (mode, γ, Γ) in ``specs``; the hier windows of one γ share one :func:`fills` table, and
+    the γ of one mode one :func:`reaches` pass. Mode ``sd~`` is sd drafting until a token the draft is unsure of,
+    priced with the (first, rest) of :class:`Sure` under (``proposer`` + :data:`STOP_SUFFIX`, ``full``)."""
     top: dict[int, int] = {}
     for mode, gamma, window in specs:
         if mode == "hier":
@@ -348,24 +362,34 @@ def blocks(specs: Sequence[tuple[str, int, int]], acceptance: Acceptance, costs:
             top[gamma] = max(top.get(gamma, 0), window)
     inner = acceptance(proposer, "slim") if top else 0.0
     tables = {gamma: fills(window, gamma, inner, costs, proposer) for gamma, window in top.items()}
+    # mode → (its drafting tier, the key of its acceptance against the full verifier); ``sd~``: sd stopping when unsure
+    drafters = {"sd": (proposer, proposer), "sd~": (proposer, proposer + STOP_SUFFIX), "self": ("slim", "slim"),
+                "lookup": (FREE, FREE)}
+    longest: dict[str, int] = {}  # per mode, the longest γ: one pass of reaches() serves every shorter one
+    for mode, gamma, _ in specs:
+        if mode in drafters:
+            longest[mode] = max(longest.get(mode, 0), gamma)
+    chains = {mode: reaches(*_sure(acceptance(drafters[mode][1], "full")), gamma, costs(drafters[mode][0], 1),
+                            lambda n: costs("full", n)) for mode, gamma in longest.items()}
     out = []
     for mode, gamma, window in specs:
         if mode == "ar":
             out.append((1.0, costs("full", 1)))
-        elif mode in ("sd", "self", "lookup"):
-            drafter = {"sd": proposer, "self": "slim", "lookup": FREE}[mode]
-            rate = acceptance(drafter, "full")
-            if isinstance(rate, tuple) and isinstance(rate[0], Sure):  # a draft that stops when unsure
-                out.append(stopped(*rate, gamma, costs(drafter, 1), lambda n: costs("full", n)))
-                continue
-            tokens = expected_tokens(rate, gamma)
-            out.append((tokens, gamma * costs(drafter, 1) + costs("full", gamma + 1)))
+        elif mode in drafters:
+            out.append(chains[mode][gamma])
         elif mode == "hier":
             tokens = expected_tokens(acceptance("slim", "full"), window)
             out.append((tokens, tables[gamma][window] + costs("full", window + 1)))
         else:
             raise DimrError(f"no speed model for mode {mode!r}; use ar, sd, self, lookup or hier")
     return out
+
+
+def _sure(rate: float | tuple[float, float] | tuple[Sure, Sure]) -> tuple[Sure, Sure]:
+    """An acceptance (pooled, (first, rest), or already of :class:`Sure`) as (first, rest) of :class:`Sure`."""
+    if isinstance(rate, tuple):
+        return rate if isinstance(rate[0], Sure) else (Sure(rate[0]), Sure(rate[1]))
+    return Sure(rate), Sure(rate)
 
 
 def predict(mode: str, gamma: int, acceptance: Acceptance, costs: Costs, window: int = 0,
