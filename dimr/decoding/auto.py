@@ -89,11 +89,10 @@ try costs one drafted token, which tells as much as eight when the first is reje
 A model-drafted mode (sd, self, hier) whose pairs the chooser knows (:data:`NAP_TESTED` tokens of evidence each) and
 whose best arm a choice's draws price below :data:`DORMANT` × the best arm's other than the n-gram ones (those are on
 offer only where the text matched) sits out the next :data:`NAP` choices unpriced; new evidence of its pairs, or less
-lag in a tier it runs, wakes it at once. While it sits out nothing it is priced by can improve but the other arms'
-prices. On mini the slim's modes rarely win, and their twelve arms (hier's with a fill table per γ) made about 40% of
-each choice's pricing: a choice on a warmed state takes 93 µs with the naps, 143 without
-(``benchmarks/choice_cost.py``), where choosing took 1–4% of a decode; timed A/Bs did not tell the two apart (medians
-0.99–1.01, passes 0.90–1.08).
+lag in a tier it runs, wakes it at once (its own counts and lags change only when it runs). On mini the slim's modes
+rarely win, and their twelve arms (hier's with a fill table per γ) made about 40% of each choice's pricing: a choice
+on a warmed state takes 93 µs with the naps, 143 without (``benchmarks/choice_cost.py``), where choosing took 1–4% of
+a decode; timed A/Bs did not tell the two apart (medians 0.99–1.01, passes 0.90–1.08).
 
 Each γ of ``sd`` is offered twice: drafting all γ tokens, and (``sd/γ~``) drafting while the draft is sure of its
 tokens: it stops after one the draft gives less than :data:`STOP` (its own probability at temperature 1; transformers'
@@ -159,9 +158,8 @@ OBSERVED = max(w for _, w in HIER) + 1  # longer forwards (the prompt's prefill,
 # a mode chosen again and again runs blocks until it has emitted 1, 2, 4… tokens per choice (at least one block), up
 # to this many: fewer choices, same law
 RUN = 16
-# A model-drafted mode whose best arm a choice's draws price below DORMANT × the best arm's sits out the next NAP
-# choices (its arms are not priced; the probes' pricing at the means still sees them): on mini the slim's modes
-# (self, hier) rarely win, and their 12 arms (hier's with a fill table per γ) were ~40% of each choice's pricing
+# a model-drafted mode whose best arm a choice's draws price below DORMANT × the best one's sits out the next NAP
+# choices unpriced (the probes' pricing at the means still sees it)
 DORMANT = 0.8
 NAP = 8
 NAPPING = ("sd", "self", "hier")
