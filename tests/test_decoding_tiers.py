@@ -748,7 +748,7 @@ def test_a_draft_that_stops_when_unsure_is_priced_as_an_enumeration():
     every draft, it is the block without the stop."""
     import itertools
 
-    from dimr.decoding.costs import Sure, expected_drafts, expected_tokens, stopped
+    from dimr.decoding.costs import Sure, expected_drafts, expected_tokens, reaches, stopped
 
     def verify(n: int) -> float:
         return 1.0 + 0.13 * n + 0.01 * n * n
@@ -771,6 +771,8 @@ def test_a_draft_that_stops_when_unsure_is_priced_as_an_enumeration():
             seconds += p * (drafted * 0.2 + verify(drafted + 1))
             drafts += p * drafted
         assert stopped(first, rest, gamma, 0.2, verify) == pytest.approx((tokens, seconds))
+        # one pass prices every shorter γ too (auto's choice prices six γ of a draft so)
+        assert reaches(first, rest, 6, 0.2, verify)[gamma] == pytest.approx((tokens, seconds))
         assert expected_drafts(first, rest, gamma)[gamma] == pytest.approx(drafts)
     assert stopped(Sure(0.6), Sure(0.7), 4, 0.2, verify) == pytest.approx(
         (expected_tokens((0.6, 0.7), 4), 4 * 0.2 + verify(5)))
