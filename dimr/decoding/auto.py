@@ -90,9 +90,9 @@ A model-drafted mode (sd, self, hier) whose pairs the chooser knows (:data:`NAP_
 whose best arm a choice's draws price below :data:`DORMANT` × the best arm's other than the n-gram ones (those are on
 offer only where the text matched) sits out the next :data:`NAP` choices unpriced; new evidence of its pairs, or less
 lag in a tier it runs, wakes it at once (its own counts and lags change only when it runs). On mini the slim's modes
-rarely win, and their twelve arms (hier's with a fill table per γ) made about 40% of each choice's pricing: a choice
-on a warmed state takes 93 µs with the naps, 143 without (``benchmarks/choice_cost.py``), where choosing took 1–4% of
-a decode; timed A/Bs did not tell the two apart (medians 0.99–1.01, passes 0.90–1.08).
+rarely win, and pricing their twelve arms (hier's with a fill table per γ) is left out of most choices: a choice on a
+warmed state takes 93 µs with the naps, 143 without (``benchmarks/choice_cost.py``); timed A/Bs did not tell the two
+apart (medians 0.99–1.01, passes 0.90–1.08).
 
 Each γ of ``sd`` is offered twice: drafting all γ tokens, and (``sd/γ~``) drafting while the draft is sure of its
 tokens: it stops after one the draft gives less than :data:`STOP` (its own probability at temperature 1; transformers'
@@ -522,10 +522,8 @@ class Chooser:
                 best[a.mode] = s
         top = max(best.values(), default=0.0)
         for mode in NAPPING:
-            if mode in best and not self._known(mode):
-                self._asleep.pop(mode, None)
-            elif mode in best:
-                self._asleep[mode] = self.nap if best[mode] < DORMANT * top else 0
+            if mode in best:
+                self._asleep[mode] = self.nap if self._known(mode) and best[mode] < DORMANT * top else 0
             elif self._asleep.get(mode):
                 self._asleep[mode] -= 1
 
