@@ -16,7 +16,7 @@ from dimr.decoding import DecodeConfig, modes
 from dimr.decoding.auto import GAMMAS, MIN_TESTED, PRIOR, STOP, Arm, Chooser, arms, auto
 from dimr.decoding.costs import GPUS, Acceptance, Costs, fill, predict, predict_from_counts, roofline
 from dimr.decoding.decoder import Decoder
-from dimr.decoding.proposer import ModelProposer, NgramProposer, lookup, lookup_match
+from dimr.decoding.proposer import ModelProposer, NgramIndex, NgramProposer, lookup, lookup_match
 from dimr.decoding.sampling import Sampler
 from dimr.decoding.sequence import Output
 from dimr.decoding.shared import SharedPrefix, first_skipped_of
@@ -76,6 +76,20 @@ def test_lookup_proposes_what_the_prompt_contains():
     assert lookup_match(torch.tensor([1, 2, 3, 4]), 3)[1] == 0
     tokens, probs, _ = NgramProposer(12).propose(ids, 2, Sampler(), None)
     assert tokens.tolist() == [4, 11] and probs.argmax(-1).tolist() == [4, 11] and probs.sum().item() == 2
+
+
+def test_ngram_index_matches_the_search_as_the_sequence_grows_or_changes():
+    generator = torch.Generator().manual_seed(0)
+    index, mismatches, matched = NgramIndex(), 0, 0
+    for vocab in (4, 30):  # a new sequence (not an extension of the last): indexed afresh
+        ids = torch.randint(0, vocab, (120,), generator=generator)
+        for length in [*range(1, 121, 3), 50, 120]:  # grown by several tokens at once, then cut back
+            for gamma in (1, 8):
+                want, got = lookup_match(ids[:length], gamma), index.match(ids[:length], gamma)
+                mismatches += want[1] != got[1] or want[0].tolist() != got[0].tolist()
+                matched += want[1] > 0
+    assert mismatches == 0 and matched > 50
+    assert NgramIndex(max_ngram=1).match(torch.tensor([10, 2, 3, 4, 11, 3, 5, 2, 3]), 3)[0].tolist() == [5, 2, 3]
 
 
 # --- greedy: every lossless mode reproduces ar -----------------------------------------------------------

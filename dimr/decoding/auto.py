@@ -122,7 +122,7 @@ from torch import Tensor
 
 from dimr.decoding import modes
 from dimr.decoding.costs import FREE, STOP_SUFFIX, Acceptance, Costs, Sure, blocks, expected_drafts
-from dimr.decoding.proposer import NgramProposer, Proposer, lookup_match
+from dimr.decoding.proposer import NgramProposer, Proposer
 from dimr.decoding.sequence import DecodeConfig, DecodeResult, Output
 from dimr.decoding.stats import DecodeStats
 from dimr.decoding.tiers import Tier
@@ -795,7 +795,9 @@ class _Decode:
 
         self.chooser, self.full, self.draft, self.slim, self.out = chooser, full, draft, slim, out
         self.generator, self.trace, self.escalate = generator, trace, escalate
-        self.proposers: dict[str, Proposer] = {"lookup": NgramProposer(vocab_size)}
+        ngrams = NgramProposer(vocab_size)
+        self.proposers: dict[str, Proposer] = {"lookup": ngrams}
+        self.index = ngrams.index  # the n-gram look-ups of the choices and stretches share the proposer's
         if draft is not None:
             self.proposers["sd"] = ModelProposer(draft)
         if slim is not None:
@@ -817,12 +819,12 @@ class _Decode:
 
     def lookup(self) -> tuple[int, int]:
         ids = self.out.ids
-        self.proposal, ngram = lookup_match(ids, GAMMAS[-1])
+        self.proposal, ngram = self.index.match(ids, GAMMAS[-1])
         self.mark, self.drafted = ids.numel(), self.out.stats.drafted
         return self.proposal.numel(), ngram
 
     def ngram(self) -> int:
-        return lookup_match(self.out.ids, 1)[1]
+        return self.index.match(self.out.ids, 1)[1]
 
     def block(self, arm: Arm) -> list[modes.Observation]:
         out, full, generator = self.out, self.full, self.generator
