@@ -1029,6 +1029,28 @@ def test_auto_stretch_lengthens_while_the_mode_wins_whatever_its_gamma(decoder: 
     assert [a for a, *_ in trace] == [a for a, n in zip(chosen, lengths, strict=True) for _ in range(n)]
 
 
+@pytest.mark.parametrize("resume", [True, False])
+def test_auto_resumes_a_mode_at_half_the_stretch_it_last_ran(decoder: Decoder, resume: bool):
+    """A mode chosen after another mode's stretch runs half the stretch it last ran, on this prompt or the last one
+    (``Chooser(resume=False)``: one token, as a mode never chosen does). ``ar`` emits one token a block, so its
+    stretches are counted in blocks."""
+    config = DecodeConfig(max_new_tokens=40, temperature=0.8, seed=3)
+    chooser = Chooser(Costs({t: {1: 1.0} for t in ("draft", "slim", "full")}, "test"), [Arm("ar"), Arm("sd", 2)],
+                      resume=resume)
+    picks = iter([Arm("ar")] * 3 + [Arm("sd", 2)] + [Arm("ar")] * 40)
+    trace: list = []
+    starts: list[int] = []  # the trace's length at each choice
+    chooser.choose = lambda *a, **k: (starts.append(len(trace)), next(picks))[1]
+    auto(chooser, decoder.full, decoder.draft, decoder.slim, PROMPT, config, decoder.vocab_size, trace)
+    lengths = [j - i for i, j in zip(starts, [*starts[1:], len(trace)], strict=True)]
+    assert [a.mode for a, *_ in trace[starts[3]:starts[4]]] == ["sd"]  # a one-token stretch: one block
+    assert lengths[:3] == [1, 2, 4] and lengths[4:6] == ([2, 4] if resume else [1, 2])
+    last = chooser.stretches["ar"]
+    picks, trace, starts[:] = iter([Arm("ar")] * 40), [], []  # the next prompt: ar again, after ar
+    auto(chooser, decoder.full, decoder.draft, decoder.slim, PROMPT, config, decoder.vocab_size, trace)
+    assert starts[1] == (max(last // 2, 1) if resume else 1)
+
+
 def test_auto_stretch_of_ngram_blocks_ends_where_the_match_changes(decoder: Decoder):
     """A stretch of n-gram blocks goes on only while each block starts from a match of the length its choice was
     priced at: on mini a block past the end of a match drafted nothing and yielded one token for a full forward,

@@ -51,8 +51,12 @@ block in proportion to its γ + 1: where a forward costs a few milliseconds (``m
 ``auto`` decode with a fixed seed may take other paths between runs; its law does not change. When one mode wins
 again and again, each choice runs a longer stretch of its blocks, until it has emitted 1, 2, 4… up to :data:`RUN`
 tokens, which keeps the chooser's own time (the choice, the n-gram look-up) off the per-token cost once the choice
-has settled; the n-gram proposer is then observed once per choice. The stretch is counted in tokens, so a choice is
-a bet of about the same size whatever its arm's block length: counted in blocks (up to 4), hier/2/8's 8-token
+has settled; the n-gram proposer is then observed once per choice. A mode chosen after another mode's stretch
+resumes at half the stretch it last ran (kept across prompts), not at one token: on mini's greedy texts replayed
+clock-free, where modes alternate with the text's repeats and each 64-token prompt began again at one token, that
+cut the choices by 17–25% at the same speed within 0.4% (``benchmarks/auto_resume_ab.py`` times it). The stretch
+is counted in tokens, so a choice is a bet of about the same size whatever its arm's block length: counted in
+blocks (up to 4), hier/2/8's 8-token
 blocks had emitted 22% of mini's prose at T = 0.7 on 11% of the choices, at 0.85 of sd/2's speed. It lengthens
 when the same mode wins at another γ: draws flipping between sd/3 and sd/4 had cut it back to one block. A
 stretch of n-gram blocks ends where the match it was priced at does: past it a block drafts nothing and yields
@@ -271,6 +275,9 @@ class Chooser:
     nap: int = NAP
     _asleep: dict[str, int] = field(default_factory=dict, repr=False)  # mode → choices it still sits out
     _lags: dict[str, int] = field(default_factory=dict, repr=False)  # each tier's lag at the last choice
+    # a mode chosen after another mode's stretch runs half the stretch it last ran (kept across prompts), else one token
+    resume: bool = True
+    stretches: dict[str, int] = field(default_factory=dict, repr=False)  # mode → the stretch (tokens) it last ran
     # SPREAD tier → [tokens emitted by blocks of arms that run it, by other arms], faded to HORIZON tokens
     usage: dict[str, list[float]] = field(default_factory=dict)
     _caught: set[str] = field(default_factory=set, repr=False)  # SPREAD tiers an arm has run on this prompt
@@ -769,7 +776,13 @@ def drive(chooser: Chooser, rng: random.Random, walk: Walk) -> None:
         offered, ngram = walk.lookup()
         before = walk.remaining
         arm = chooser.choose(rng, walk.lag(), offered, ngram, before)
-        run = min(2 * run, RUN) if _settled(arm, last) and not chooser.probing else 1
+        if chooser.probing:
+            run = 1
+        elif _settled(arm, last):
+            run = min(2 * run, RUN)
+        else:  # another mode's stretch came between: half the stretch this mode last ran
+            run = max(chooser.stretches.get(arm.mode, 1) // 2, 1) if chooser.resume else 1
+        chooser.stretches[arm.mode] = run
         last = arm
         seen, blocks, spent = [], 0, 0.0
         while not walk.done and not (blocks and (_stretched(blocks, before - walk.remaining) >= run
