@@ -553,6 +553,23 @@ def test_auto_revisits_the_decision_not_to_test_after_min_tested_tokens():
     assert chooser.choose(rng, {"draft": 0}, 8, 0, 40 - MIN_TESTED).label == "sd/1" and chooser.probing
 
 
+def test_auto_revisits_a_standing_decision_not_to_test_ever_later_on_a_prompt():
+    """A decision not to test that holds is revisited after MIN_TESTED tokens, then after twice as many each time
+    (8, 16, 32…: a pair never worth a test is not priced at the means every 8 tokens); each prompt starts again."""
+    import random
+
+    costs = Costs({"full": {1: 1.0, 17: 1.0}, "draft": {1: 0.5}}, "test")
+    chooser = Chooser(costs, [Arm("ar"), Arm("sd", 1), Arm("lookup", 8)])
+    chooser.observe([("lookup", "full", 190, 200)])  # lookup/8 wins by far: sd is not worth a test
+    rng, now, checked, probe = random.Random(0), [0], [], chooser._probe
+    chooser._probe = lambda *a: (checked.append(now[0]), probe(*a))[1]
+    for _ in range(2):
+        chooser.new_prompt()
+        for now[0] in range(64, 0, -1):
+            assert chooser.choose(rng, {"draft": 0}, 8, 0, now[0]).mode == "lookup" and not chooser.probing
+    assert checked == [64, 64 - MIN_TESTED, 64 - 3 * MIN_TESTED, 64 - 7 * MIN_TESTED] * 2
+
+
 def test_auto_chooser_state_round_trips():
     """A chooser rebuilt from its saved state (as JSON) goes on as the one that saved it: the same counts,
     calibrations (an overruled one too), timing ratios and overheads, and the same choices from the same draws."""

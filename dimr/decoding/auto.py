@@ -271,6 +271,7 @@ class Chooser:
     _checked: dict[tuple[str, str], int] = field(default_factory=dict, repr=False)  # next tested count to check at
     # ``remaining`` at or below which the decision not to test is revisited (None: at the next choice)
     _recheck: int | None = field(default=None, repr=False)
+    _gap: int = field(default=MIN_TESTED, repr=False)  # tokens until that revisit (doubling while it holds)
     # choices of the draws a model-drafted mode sits out before it is priced again (NAP)
     nap: int = NAP
     _asleep: dict[str, int] = field(default_factory=dict, repr=False)  # mode → choices it still sits out
@@ -313,6 +314,7 @@ class Chooser:
 
     def new_prompt(self) -> None:
         self.chosen, self.local, self._recheck, self._caught, self._asleep, self._lags = {}, {}, None, set(), {}, {}
+        self._gap = MIN_TESTED
 
     def seeded(self, pair: tuple[str, str]) -> list[float]:
         """This prompt's counts of an n-gram pair: from the pooled ones scaled to :data:`SEED` tokens at first."""
@@ -495,8 +497,12 @@ class Chooser:
             arm = self._probe(offered, means, speeds)
             # whether to test turns on the posterior means, which a block barely moves: the decision not to is
             # revisited after MIN_TESTED more tokens (pricing every arm at the means each block cost as much as
-            # the choice itself, 3% of mini's decode)
-            self._recheck = remaining - MIN_TESTED if arm is None and remaining > 0 else None
+            # the choice itself, 3% of mini's decode), then after twice as many each time it holds on the prompt
+            # (mini's slim pairs are never worth a test: rechecked every 8 tokens, ~1% of its greedy prose decode)
+            if arm is None and remaining > 0:
+                self._recheck, self._gap = remaining - self._gap, 2 * self._gap
+            else:
+                self._recheck = None
         self.probing = arm is not None
         if arm is None:
             # The draw's best arm, whatever its evidence, says which mode to try; a pair with little evidence
