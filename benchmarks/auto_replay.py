@@ -250,6 +250,8 @@ def main() -> None:
                     " timed run measured for it at --temperature (instead of --costs)")
     ap.add_argument("--one-rate", action="store_true", help="the chooser prices each model draft at one rate per"
                     " drafted token, not its first token apart from the rest (Chooser.split off)")
+    ap.add_argument("--restart", action="store_true", help="a mode chosen after another's stretch starts again at"
+                    " one token, not at half the stretch it last ran (Chooser.resume off)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     logging.disable_progress_bar()
@@ -287,7 +289,8 @@ def main() -> None:
             for seed in range(args.seeds):
                 # the recorded paths hold no draft confidences: the rule without the draft's stop when unsure
                 chooser = Chooser(costs, arms(draft=True, slim=False), calibrated=dict(calibrated), adapt=False,
-                                  overhead=overhead(costs), split=not args.one_rate, stop=0.0)
+                                  overhead=overhead(costs), split=not args.one_rate, stop=0.0,
+                                  resume=not args.restart)
                 rng, draws = random.Random(seed), random.Random(20_000 + 100 * k + seed)
                 tokens = seconds = 0.0
                 for p in paths:
@@ -318,7 +321,8 @@ def main() -> None:
             luck = sorted(a / b for i, a in enumerate(own) for j, b in enumerate(own) if i != j)
             print(f"  {best} on one pass's texts over {best} on another's: median {luck[len(luck) // 2]:.3f}, 10-90%"
                   f" [{luck[len(luck) // 10]:.3f}, {luck[9 * len(luck) // 10]:.3f}]")
-        print("  auto's choices: " + ", ".join(f"{k} {v}" for k, v in sorted(chosen.items(), key=lambda kv: -kv[1])))
+        print(f"  auto's choices ({sum(chosen.values())}): "
+              + ", ".join(f"{k} {v}" for k, v in sorted(chosen.items(), key=lambda kv: -kv[1])))
         every_paths = [p for paths in passes for p in paths]
         every = {label: everywhere(every_paths, costs, arm, random.Random(0)) for arm in fixed
                  if (label := arm.label) in dict(top)}
