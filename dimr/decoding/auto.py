@@ -55,10 +55,9 @@ has settled; the n-gram proposer is then observed once per choice. A mode chosen
 resumes at half the stretch it last ran (kept across prompts), not at one token: on mini's greedy texts replayed
 clock-free (``benchmarks/auto_replay.py``, ``--restart`` for the rule before), where modes alternate with the
 text's repeats and each 64-token prompt began again at one token, that cut the choices by 17–25% at the same speed
-within 0.4% (``benchmarks/auto_resume_ab.py`` times it). The stretch
-is counted in tokens, so a choice is a bet of about the same size whatever its arm's block length: counted in
-blocks (up to 4), hier/2/8's 8-token
-blocks had emitted 22% of mini's prose at T = 0.7 on 11% of the choices, at 0.85 of sd/2's speed. It lengthens
+within 0.4% (``benchmarks/auto_resume_ab.py`` times it). The stretch is counted in tokens, so a choice is a bet of
+about the same size whatever its arm's block length: counted in blocks (up to 4), hier/2/8's 8-token blocks had
+emitted 22% of mini's prose at T = 0.7 on 11% of the choices, at 0.85 of sd/2's speed. It lengthens
 when the same mode wins at another γ: draws flipping between sd/3 and sd/4 had cut it back to one block. A
 stretch of n-gram blocks ends where the match it was priced at does: past it a block drafts nothing and yields
 one token for a full forward. A stretch of another mode ends where a longer match than the one at its choice

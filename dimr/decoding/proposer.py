@@ -91,8 +91,9 @@ def lookup_match(ids: Tensor, gamma: int, max_ngram: int = 3, min_ngram: int = 1
 class NgramIndex:
     """:func:`lookup_match` on a sequence that grows between calls, from a table of each n-gram's latest earlier
     occurrence kept up to date as tokens are appended: a few dict look-ups a call where the search is a few tensor
-    ops per n-gram length over the whole sequence (~20 µs each on a CPU, once to three times per call, at every
-    block of ``lookup`` and of ``auto``). A sequence that is not the last one extended is indexed afresh."""
+    ops per n-gram length over the whole sequence, at every block of ``lookup`` and of ``auto`` (inside mini's
+    ``auto`` decodes 46 µs a call against 80: ``benchmarks/ngram_index_cost.py``). A sequence that is not the last
+    one extended is indexed afresh."""
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1) -> None:
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
