@@ -250,8 +250,8 @@ def main() -> None:
                     " timed run measured for it at --temperature (instead of --costs)")
     ap.add_argument("--one-rate", action="store_true", help="the chooser prices each model draft at one rate per"
                     " drafted token, not its first token apart from the rest (Chooser.split off)")
-    ap.add_argument("--restart", action="store_true", help="a mode chosen after another's stretch starts again at"
-                    " one token, not at half the stretch it last ran (Chooser.resume off)")
+    ap.add_argument("--restart", action="store_true", help="a prompt's first choice starts at one token, not at half"
+                    " the stretch its mode last ran (Chooser.resume off)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     logging.disable_progress_bar()

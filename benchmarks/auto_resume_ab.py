@@ -1,5 +1,5 @@
-"""``auto`` whose mode chosen after another mode's stretch resumes at half the stretch it last ran (kept across
-prompts) against one that starts it again at one token (``Chooser(resume=False)``), beside ``ar`` and one fixed
+"""``auto`` whose first choice on a prompt resumes at half the stretch its mode last ran on an earlier prompt
+against one that starts it at one token (``Chooser(resume=False)``), beside ``ar`` and one fixed
 mode: one cold chooser per variant and pass, the variants interleaved prompt by prompt (their order alternating), so
 all see the same machine state. Prints each pass's tokens/s and the ratio of the two ``auto`` variants.
 

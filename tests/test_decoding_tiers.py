@@ -1047,10 +1047,10 @@ def test_auto_stretch_lengthens_while_the_mode_wins_whatever_its_gamma(decoder: 
 
 
 @pytest.mark.parametrize("resume", [True, False])
-def test_auto_resumes_a_mode_at_half_the_stretch_it_last_ran(decoder: Decoder, resume: bool):
-    """A mode chosen after another mode's stretch runs half the stretch it last ran, on this prompt or the last one
-    (``Chooser(resume=False)``: one token, as a mode never chosen does). ``ar`` emits one token a block, so its
-    stretches are counted in blocks."""
+def test_auto_resumes_a_prompts_first_stretch_at_half_its_modes_last(decoder: Decoder, resume: bool):
+    """A prompt's first choice runs half the stretch its mode last ran on an earlier prompt (``Chooser(resume=False)``:
+    one token, as a mode never chosen does); within a prompt, a mode chosen after another's stretch starts at one
+    token. ``ar`` emits one token a block, so its stretches are counted in blocks."""
     config = DecodeConfig(max_new_tokens=40, temperature=0.8, seed=3)
     chooser = Chooser(Costs({t: {1: 1.0} for t in ("draft", "slim", "full")}, "test"), [Arm("ar"), Arm("sd", 2)],
                       resume=resume)
@@ -1061,11 +1061,12 @@ def test_auto_resumes_a_mode_at_half_the_stretch_it_last_ran(decoder: Decoder, r
     auto(chooser, decoder.full, decoder.draft, decoder.slim, PROMPT, config, decoder.vocab_size, trace)
     lengths = [j - i for i, j in zip(starts, [*starts[1:], len(trace)], strict=True)]
     assert [a.mode for a, *_ in trace[starts[3]:starts[4]]] == ["sd"]  # a one-token stretch: one block
-    assert lengths[:3] == [1, 2, 4] and lengths[4:6] == ([2, 4] if resume else [1, 2])
+    assert lengths[:3] == [1, 2, 4] and lengths[4:6] == [1, 2]
     last = chooser.stretches["ar"]
-    picks, trace, starts[:] = iter([Arm("ar")] * 40), [], []  # the next prompt: ar again, after ar
+    assert last == 16  # 1, 2, 4, 8, 16… (at most RUN)
+    picks, trace, starts[:] = iter([Arm("ar")] * 40), [], []  # the next prompt: ar first
     auto(chooser, decoder.full, decoder.draft, decoder.slim, PROMPT, config, decoder.vocab_size, trace)
-    assert starts[1] == (max(last // 2, 1) if resume else 1)
+    assert starts[1] == (last // 2 if resume else 1)
 
 
 def test_auto_stretch_of_ngram_blocks_ends_where_the_match_changes(decoder: Decoder):

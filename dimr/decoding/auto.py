@@ -51,11 +51,13 @@ block in proportion to its γ + 1: where a forward costs a few milliseconds (``m
 ``auto`` decode with a fixed seed may take other paths between runs; its law does not change. When one mode wins
 again and again, each choice runs a longer stretch of its blocks, until it has emitted 1, 2, 4… up to :data:`RUN`
 tokens, which keeps the chooser's own time (the choice, the n-gram look-up) off the per-token cost once the choice
-has settled; the n-gram proposer is then observed once per choice. A mode chosen after another mode's stretch
-resumes at half the stretch it last ran (kept across prompts), not at one token: on mini's greedy texts replayed
-clock-free (``benchmarks/auto_replay.py``, ``--restart`` for the rule before), where modes alternate with the
-text's repeats and each 64-token prompt began again at one token, that cut the choices by 17–25% at the same speed
-within 0.4% (``benchmarks/auto_resume_ab.py`` times it). The stretch is counted in tokens, so a choice is a bet of
+has settled; the n-gram proposer is then observed once per choice. A prompt's first choice resumes at half the
+stretch its mode last ran on an earlier prompt, not at one token: on mini's greedy texts replayed clock-free
+(``benchmarks/auto_replay.py``, ``--restart`` for the rule before) that cut the choices by 2–21% (each 64-token
+prompt had begun again at one token) at the same speed within 0.3%, and changed smollm2's by under 0.2%. Within a
+prompt a mode chosen after another's stretch starts again at one token: resumed there too, mini's choices fell by
+20–29% but smollm2's replay lost 1.1–1.5% on code and the task (a model draft's exploring picks ran longer), where
+a choice costs under 1% of a block. The stretch is counted in tokens, so a choice is a bet of
 about the same size whatever its arm's block length: counted in blocks (up to 4), hier/2/8's 8-token blocks had
 emitted 22% of mini's prose at T = 0.7 on 11% of the choices, at 0.85 of sd/2's speed. It lengthens
 when the same mode wins at another γ: draws flipping between sd/3 and sd/4 had cut it back to one block. A
@@ -276,7 +278,7 @@ class Chooser:
     nap: int = NAP
     _asleep: dict[str, int] = field(default_factory=dict, repr=False)  # mode → choices it still sits out
     _lags: dict[str, int] = field(default_factory=dict, repr=False)  # each tier's lag at the last choice
-    # a mode chosen after another mode's stretch runs half the stretch it last ran (kept across prompts), else one token
+    # a prompt's first choice runs half the stretch its mode last ran (on an earlier prompt), else one token
     resume: bool = True
     stretches: dict[str, int] = field(default_factory=dict, repr=False)  # mode → the stretch (tokens) it last ran
     # SPREAD tier → [tokens emitted by blocks of arms that run it, by other arms], faded to HORIZON tokens
@@ -786,8 +788,10 @@ def drive(chooser: Chooser, rng: random.Random, walk: Walk) -> None:
             run = 1
         elif _settled(arm, last):
             run = min(2 * run, RUN)
-        else:  # another mode's stretch came between: half the stretch this mode last ran
-            run = max(chooser.stretches.get(arm.mode, 1) // 2, 1) if chooser.resume else 1
+        elif last is None and chooser.resume:  # a prompt's first choice: half the stretch its mode last ran
+            run = max(chooser.stretches.get(arm.mode, 1) // 2, 1)
+        else:
+            run = 1
         chooser.stretches[arm.mode] = run
         last = arm
         seen, blocks, spent = [], 0, 0.0
